@@ -1,0 +1,177 @@
+//! What the model sees: tool results bounded before they are recorded, sizes in characters or tokens
+//! through a [`TokenCounter`], and the budget that selects the newest whole groups.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+/// Counts the size of a text in the unit of a context budget.
+pub trait TokenCounter: Send + Sync {
+    /// The size of `text`.
+    fn count(&self, text: &str) -> u64;
+    /// The unit, for messages: `"characters"` or `"tokens"`.
+    fn unit(&self) -> &'static str;
+}
+
+/// Counts Unicode scalar values (Rust `char`s): the default unit.
+///
+/// ```
+/// use reins::TokenCounter;
+/// assert_eq!(reins::CharCounter.count("héllo"), 5);
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CharCounter;
+
+impl TokenCounter for CharCounter {
+    fn count(&self, text: &str) -> u64 {
+        text.chars().count() as u64
+    }
+    fn unit(&self) -> &'static str {
+        "characters"
+    }
+}
+
+/// Counts tokens with the o200k_base BPE tokenizer (feature `tiktoken`).
+#[cfg(feature = "tiktoken")]
+pub struct TiktokenCounter {
+    bpe: tiktoken_rs::CoreBPE,
+}
+
+#[cfg(feature = "tiktoken")]
+impl TiktokenCounter {
+    /// The o200k_base tokenizer (used by GPT-4o and later models).
+    pub fn o200k_base() -> Result<Self, String> {
+        tiktoken_rs::o200k_base().map(|bpe| Self { bpe }).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(feature = "tiktoken")]
+impl TokenCounter for TiktokenCounter {
+    fn count(&self, text: &str) -> u64 {
+        self.bpe.encode_ordinary(text).len() as u64
+    }
+    fn unit(&self) -> &'static str {
+        "tokens"
+    }
+}
+
+/// How the context of a run is bounded.
+#[derive(Clone)]
+pub struct ContextConfig {
+    /// The most the model is sent, in the counter's unit. `None`: everything.
+    pub max_context: Option<u64>,
+    /// Each tool result is cut to this many characters (Unicode scalar values) before it is recorded.
+    /// `None`: not cut (the context budget still bounds it). Default 32,000.
+    pub max_tool_result_chars: Option<usize>,
+    /// The unit of `max_context`.
+    pub counter: Arc<dyn TokenCounter>,
+}
+
+impl Default for ContextConfig {
+    fn default() -> Self {
+        Self { max_context: None, max_tool_result_chars: Some(32_000), counter: Arc::new(CharCounter) }
+    }
+}
+
+impl std::fmt::Debug for ContextConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ContextConfig")
+            .field("max_context", &self.max_context)
+            .field("max_tool_result_chars", &self.max_tool_result_chars)
+            .field("unit", &self.counter.unit())
+            .finish()
+    }
+}
+
+/// Why the context could not be built.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{0}")]
+pub struct ContextError(pub String);
+
+fn marker(omitted: usize) -> String {
+    format!("\n[… {omitted} characters omitted …]\n")
+}
+
+/// Bounds `text` to at most `max_chars` Unicode scalar values: the head, a marker that says exactly how
+/// many characters were left out, and the tail. Never splits a character. Below the marker's own length
+/// (about 40) only the head is kept.
+///
+/// ```
+/// let s = "a".repeat(100);
+/// let b = reins::bound_text(&s, 60);
+/// assert!(b.chars().count() <= 60);
+/// assert!(b.contains("characters omitted"));
+/// assert_eq!(reins::bound_text("short", 60), "short");
+/// ```
+pub fn bound_text(text: &str, max_chars: usize) -> String {
+    // Fast path: a byte length within the limit is a char count within it.
+    if text.len() <= max_chars {
+        return text.to_owned();
+    }
+    let total = text.chars().count();
+    if total <= max_chars {
+        return text.to_owned();
+    }
+    let widest = marker(total).chars().count();
+    if max_chars < widest + 2 {
+        return text.chars().take(max_chars).collect();
+    }
+    let keep = max_chars - widest;
+    let tail_len = keep / 3;
+    let head_len = keep - tail_len;
+    let omitted = total - keep;
+    let head_end = text.char_indices().nth(head_len).map_or(text.len(), |(i, _)| i);
+    let tail_start = if tail_len == 0 {
+        text.len()
+    } else {
+        text.char_indices().nth_back(tail_len - 1).map_or(text.len(), |(i, _)| i)
+    };
+    let mut out = String::with_capacity(head_end + (text.len() - tail_start) + widest + 8);
+    out.push_str(&text[..head_end]);
+    out.push_str(&marker(omitted));
+    out.push_str(&text[tail_start..]);
+    out
+}
+
+/// Bounds `text` so that `counter` measures it at most `max_units`, by the largest character bound that
+/// fits (binary search; `bound_text` underneath). Returns the text and its measured size.
+pub fn bound_to_units(text: &str, max_units: u64, counter: &dyn TokenCounter) -> (String, u64) {
+    let size = counter.count(text);
+    if size <= max_units {
+        return (text.to_owned(), size);
+    }
+    let (mut lo, mut hi) = (0usize, text.chars().count());
+    let mut best = (String::new(), 0);
+    while lo <= hi {
+        let mid = lo + (hi - lo) / 2;
+        let candidate = bound_text(text, mid);
+        let n = counter.count(&candidate);
+        if n <= max_units {
+            best = (candidate, n);
+            lo = mid + 1;
+        } else if mid == 0 {
+            break;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    best
+}
+
+/// Shares `available` units among items of the given sizes, max-min fair: small items keep their size,
+/// the rest split what is left equally. Returns each item's allowance.
+pub(crate) fn fair_shares(sizes: &[u64], available: u64) -> Vec<u64> {
+    let mut order: Vec<usize> = (0..sizes.len()).collect();
+    order.sort_by_key(|&i| sizes[i]);
+    let mut out = vec![0; sizes.len()];
+    let mut left = available;
+    let mut remaining = sizes.len() as u64;
+    for i in order {
+        let share = left / remaining.max(1);
+        let give = sizes[i].min(share);
+        out[i] = give;
+        left -= give;
+        remaining -= 1;
+    }
+    out
+}

@@ -1,0 +1,466 @@
+//! The async driver: performs what the state machine asks — model calls, tool batches — under the
+//! deadline, the caller's cancellation and the per-tool timeout, and reports every step as events.
+
+use std::panic::AssertUnwindSafe;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
+use futures_util::future::join_all;
+use tokio_util::sync::CancellationToken;
+
+use super::state::{Action, Admission, CallResult, Plan, PlannedCall, RunState};
+use crate::context::ContextConfig;
+use crate::events::{Emitter, EventKind, Observer, ObserverErrorHook, ms, panic_message};
+use crate::limits::{ConfigError, Limits};
+use crate::message::Message;
+use crate::model::Model;
+use crate::outcome::{Outcome, Status};
+use crate::policy::Policy;
+use crate::registry::Registry;
+use crate::tool::{ToolContext, ToolError};
+
+/// A configured agent: a model, tools, limits, context rules, a policy and observers. One agent serves
+/// many runs, concurrently.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use reins::{Agent, ModelResponse, ScriptedModel, Status};
+/// let model = ScriptedModel::new(vec![Ok(ModelResponse::text("hello"))]);
+/// let agent = Agent::builder(model).build().unwrap();
+/// let outcome = agent.run("hi", tokio_util::sync::CancellationToken::new()).await;
+/// assert_eq!(outcome.status, Status::Completed);
+/// assert_eq!(outcome.answer.as_deref(), Some("hello"));
+/// # });
+/// ```
+pub struct Agent {
+    model: Arc<dyn Model>,
+    registry: Arc<Registry>,
+    limits: Limits,
+    context: ContextConfig,
+    policy: Option<Arc<dyn Policy>>,
+    observers: Vec<Arc<dyn Observer>>,
+    on_observer_error: Option<ObserverErrorHook>,
+    include_content: bool,
+}
+
+/// Builds an [`Agent`].
+pub struct AgentBuilder {
+    agent: Agent,
+}
+
+impl AgentBuilder {
+    /// The tools.
+    pub fn registry(mut self, registry: impl Into<Arc<Registry>>) -> Self {
+        self.agent.registry = registry.into();
+        self
+    }
+    /// The limits.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.agent.limits = limits;
+        self
+    }
+    /// The context rules.
+    pub fn context(mut self, context: ContextConfig) -> Self {
+        self.agent.context = context;
+        self
+    }
+    /// The pre-execution hook.
+    pub fn policy(mut self, policy: impl Policy + 'static) -> Self {
+        self.agent.policy = Some(Arc::new(policy));
+        self
+    }
+    /// Adds an observer.
+    pub fn observer(mut self, observer: impl Observer + 'static) -> Self {
+        self.agent.observers.push(Arc::new(observer));
+        self
+    }
+    /// Adds a shared observer.
+    pub fn shared_observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.agent.observers.push(observer);
+        self
+    }
+    /// Hears about observers that fail or panic.
+    pub fn on_observer_error(
+        mut self,
+        hook: impl Fn(usize, &crate::events::ObserverError) + Send + Sync + 'static,
+    ) -> Self {
+        self.agent.on_observer_error = Some(Arc::new(hook));
+        self
+    }
+    /// Puts prompts, arguments, texts and results into events (off by default).
+    pub fn include_content(mut self, on: bool) -> Self {
+        self.agent.include_content = on;
+        self
+    }
+    /// Checks the configuration.
+    pub fn build(self) -> Result<Agent, ConfigError> {
+        self.agent.limits.validate()?;
+        if self.agent.context.max_tool_result_chars == Some(0) {
+            return Err(ConfigError("max_tool_result_chars must be at least 1".into()));
+        }
+        if self.agent.context.max_context == Some(0) {
+            return Err(ConfigError("the context budget must be at least 1".into()));
+        }
+        Ok(self.agent)
+    }
+}
+
+/// The progress of one call of a batch.
+#[derive(Clone, Default)]
+struct Slot {
+    started: bool,
+    reported: bool,
+    elapsed: Duration,
+    result: Option<CallResult>,
+}
+
+enum Interrupt {
+    Cancelled,
+    Deadline,
+}
+
+impl Interrupt {
+    fn status(&self) -> Status {
+        match self {
+            Interrupt::Cancelled => Status::Aborted,
+            Interrupt::Deadline => Status::Timeout,
+        }
+    }
+    fn reason(&self, limits: &Limits) -> String {
+        match self {
+            Interrupt::Cancelled => "the run was cancelled".to_owned(),
+            Interrupt::Deadline => format!(
+                "the run's deadline passed ({})",
+                limits.timeout.map_or_else(String::new, |d| humantime::format_duration(d).to_string())
+            ),
+        }
+    }
+}
+
+impl Agent {
+    /// A builder around `model`, with no tools and default limits.
+    pub fn builder(model: impl Model + 'static) -> AgentBuilder {
+        Self::builder_shared(Arc::new(model))
+    }
+
+    /// A builder around a shared model.
+    pub fn builder_shared(model: Arc<dyn Model>) -> AgentBuilder {
+        AgentBuilder {
+            agent: Agent {
+                model,
+                registry: Arc::new(Registry::empty()),
+                limits: Limits::default(),
+                context: ContextConfig::default(),
+                policy: None,
+                observers: Vec::new(),
+                on_observer_error: None,
+                include_content: false,
+            },
+        }
+    }
+
+    /// The tools.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The context rules.
+    pub fn context(&self) -> &ContextConfig {
+        &self.context
+    }
+
+    /// Runs `prompt` to its end. Never panics on what the model or a tool does; cancelling `cancel` ends
+    /// the run `aborted` promptly.
+    pub async fn run(&self, prompt: &str, cancel: CancellationToken) -> Outcome {
+        let run_id = uuid::Uuid::new_v4().to_string();
+        match RunState::new(run_id, prompt, self.limits.clone(), &self.context) {
+            Ok(state) => self.drive(state, cancel).await,
+            Err(e) => self.refused(prompt, e),
+        }
+    }
+
+    fn refused(&self, prompt: &str, e: ConfigError) -> Outcome {
+        Outcome {
+            status: Status::Aborted,
+            answer: None,
+            error: Some(e.to_string()),
+            steps: 0,
+            tool_calls: 0,
+            usage: Default::default(),
+            run_id: String::new(),
+            messages: vec![Message::user(prompt)],
+        }
+    }
+
+    /// Drives an existing state (new or resumed) to its end.
+    pub async fn drive(&self, mut state: RunState, cancel: CancellationToken) -> Outcome {
+        let started = Instant::now();
+        let limits = state.limits().clone();
+        let deadline = limits.timeout.and_then(|d| started.checked_add(d)).map(tokio::time::Instant::from_std);
+        let run_cancel = cancel.child_token();
+        let mut deadline_sleep = pin!(async move {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        });
+        let mut emitter = Emitter::new(
+            Arc::from(state.run_id()),
+            self.observers.clone(),
+            self.on_observer_error.clone(),
+            self.include_content,
+        );
+        if emitter.active() {
+            let tools = self.registry.specs().iter().map(|s| s.name.clone()).collect();
+            let prompt = self
+                .include_content
+                .then(|| state.transcript().to_vec().first().map(|m| m.content().to_owned()))
+                .flatten();
+            emitter.emit(EventKind::RunStart { tools, prompt });
+        }
+        let interrupted = |deadline_passed: bool| {
+            if cancel.is_cancelled() {
+                Some(Interrupt::Cancelled)
+            } else if deadline_passed || deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                Some(Interrupt::Deadline)
+            } else {
+                None
+            }
+        };
+        loop {
+            match state.next_action(&self.registry, &self.context) {
+                Action::Finished => break,
+                Action::CallModel(request) => {
+                    if let Some(i) = interrupted(false) {
+                        self.stop(&mut state, &mut emitter, &run_cancel, i);
+                        continue;
+                    }
+                    let step = state.steps() + 1;
+                    emitter.emit(EventKind::ModelStart { step, messages: request.messages.len() });
+                    let t0 = Instant::now();
+                    let call = AssertUnwindSafe(self.model.generate(&request, &run_cancel)).catch_unwind();
+                    let result = tokio::select! {
+                        biased;
+                        _ = cancel.cancelled() => Err(Interrupt::Cancelled),
+                        _ = &mut deadline_sleep => Err(Interrupt::Deadline),
+                        r = call => Ok(r),
+                    };
+                    drop(request);
+                    let result = match result {
+                        // A response that arrives once the caller cancelled is not counted.
+                        Ok(_) if cancel.is_cancelled() => Err(Interrupt::Cancelled),
+                        other => other,
+                    };
+                    let elapsed = t0.elapsed();
+                    let response = match result {
+                        Err(i) => {
+                            self.stop(&mut state, &mut emitter, &run_cancel, i);
+                            continue;
+                        }
+                        Ok(Err(panic)) => Err(crate::model::ModelError::Failed(format!(
+                            "the model panicked: {}",
+                            panic_message(&panic)
+                        ))),
+                        Ok(Ok(r)) => r,
+                    };
+                    let summary = response
+                        .as_ref()
+                        .ok()
+                        .map(|r| (r.usage, r.tool_calls.len(), self.include_content.then(|| r.text.clone())));
+                    let admission =
+                        state.on_model_response(response, &self.registry, self.policy.as_deref(), &self.context);
+                    if emitter.active() {
+                        match (&admission, summary) {
+                            (Admission::Ended(Status::ModelError), _) | (_, None) => {
+                                let error = state.outcome().error.unwrap_or_default();
+                                emitter.emit(EventKind::ModelError { step, duration_ms: ms(elapsed), error });
+                            }
+                            (_, Some((usage, tool_calls, text))) => {
+                                emitter.emit(EventKind::ModelEnd {
+                                    step,
+                                    duration_ms: ms(elapsed),
+                                    usage,
+                                    tool_calls,
+                                    text,
+                                });
+                            }
+                        }
+                        if let Admission::Ended(status) = admission {
+                            if !matches!(status, Status::ModelError | Status::Aborted) {
+                                let detail = state.outcome().error.unwrap_or_default();
+                                emitter.emit(EventKind::LimitHit { status, detail });
+                            }
+                        }
+                    }
+                }
+                Action::RunTools(batch) => {
+                    let batch: Vec<PlannedCall> = batch.to_vec();
+                    let mut slots: Vec<Slot> = vec![Slot::default(); batch.len()];
+                    let outcome = {
+                        let work = self.run_batch(&batch, &mut slots, &run_cancel, &mut emitter);
+                        tokio::select! {
+                            biased;
+                            _ = cancel.cancelled() => Some(Interrupt::Cancelled),
+                            _ = &mut deadline_sleep => Some(Interrupt::Deadline),
+                            () = work => None,
+                        }
+                    };
+                    let end = outcome.or_else(|| interrupted(false));
+                    let end = end.map(|i| {
+                        run_cancel.cancel();
+                        let reason = i.reason(&limits);
+                        (i.status(), reason)
+                    });
+                    let unfinished = match &end {
+                        Some((_, reason)) => format!("aborted: {reason}"),
+                        None => "aborted: the call did not finish".to_owned(),
+                    };
+                    // Calls whose events were not sent yet (the batch was interrupted) get them now.
+                    for (p, slot) in batch.iter().zip(&slots) {
+                        if slot.reported {
+                            continue;
+                        }
+                        if !slot.started {
+                            emitter.emit(EventKind::ToolStart {
+                                call_id: p.call.id.clone(),
+                                name: p.call.name.clone(),
+                                arguments: emitter.include_content.then(|| p.call.arguments.clone()),
+                            });
+                        }
+                        let (content, is_error) = match &slot.result {
+                            Some(r) => (r.content.clone(), r.is_error),
+                            None => (unfinished.clone(), true),
+                        };
+                        emitter.emit(EventKind::ToolEnd {
+                            call_id: p.call.id.clone(),
+                            name: p.call.name.clone(),
+                            is_error,
+                            duration_ms: ms(slot.elapsed),
+                            content: emitter.include_content.then_some(content),
+                        });
+                    }
+                    if let Some((Status::Timeout, reason)) = &end {
+                        emitter.emit(EventKind::LimitHit { status: Status::Timeout, detail: reason.clone() });
+                    }
+                    let results = slots.into_iter().map(|s| s.result).collect();
+                    state.record_batch(results, &unfinished, end, &self.context);
+                }
+            }
+        }
+        let outcome = state.outcome();
+        emitter.emit(EventKind::RunEnd {
+            status: outcome.status,
+            steps: outcome.steps,
+            tool_calls: outcome.tool_calls,
+            usage: outcome.usage,
+            duration_ms: ms(started.elapsed()),
+            error: outcome.error.clone(),
+        });
+        run_cancel.cancel();
+        outcome
+    }
+
+    fn stop(&self, state: &mut RunState, emitter: &mut Emitter, run_cancel: &CancellationToken, i: Interrupt) {
+        run_cancel.cancel();
+        let reason = i.reason(state.limits());
+        if i.status() == Status::Timeout {
+            emitter.emit(EventKind::LimitHit { status: Status::Timeout, detail: reason.clone() });
+        }
+        state.interrupt(i.status(), reason, &self.context);
+    }
+
+    /// Runs a batch: rejected calls answer at once; runs of consecutive parallel-safe calls run
+    /// concurrently; the rest one by one. Each result lands in its call's slot as soon as it is known.
+    async fn run_batch(
+        &self,
+        batch: &[PlannedCall],
+        slots: &mut [Slot],
+        run_cancel: &CancellationToken,
+        emitter: &mut Emitter,
+    ) {
+        let parallel = |p: &PlannedCall| {
+            matches!(p.plan, Plan::Run) && self.registry.get(&p.call.name).is_some_and(|t| t.parallel_safe())
+        };
+        let mut i = 0;
+        while i < batch.len() {
+            let mut j = i + 1;
+            if parallel(&batch[i]) {
+                while j < batch.len() && parallel(&batch[j]) {
+                    j += 1;
+                }
+            }
+            for (p, slot) in batch[i..j].iter().zip(slots[i..j].iter_mut()) {
+                emitter.emit(EventKind::ToolStart {
+                    call_id: p.call.id.clone(),
+                    name: p.call.name.clone(),
+                    arguments: emitter.include_content.then(|| p.call.arguments.clone()),
+                });
+                slot.started = true;
+            }
+            join_all(batch[i..j].iter().zip(slots[i..j].iter_mut()).map(|(p, slot)| async move {
+                let t0 = Instant::now();
+                let result = self.run_call(p, run_cancel).await;
+                slot.elapsed = t0.elapsed();
+                slot.result = Some(result);
+            }))
+            .await;
+            for (p, slot) in batch[i..j].iter().zip(slots[i..j].iter_mut()) {
+                if let Some(r) = &slot.result {
+                    emitter.emit(EventKind::ToolEnd {
+                        call_id: p.call.id.clone(),
+                        name: p.call.name.clone(),
+                        is_error: r.is_error,
+                        duration_ms: ms(slot.elapsed),
+                        content: emitter.include_content.then(|| r.content.clone()),
+                    });
+                    slot.reported = true;
+                }
+            }
+            i = j;
+        }
+    }
+
+    async fn run_call(&self, p: &PlannedCall, run_cancel: &CancellationToken) -> CallResult {
+        let tool = match (&p.plan, self.registry.get(&p.call.name)) {
+            (Plan::Reject { message }, _) => return CallResult { content: message.clone(), is_error: true },
+            (Plan::Run, None) => {
+                return CallResult { content: format!("unknown tool {:?}", p.call.name), is_error: true };
+            }
+            (Plan::Run, Some(tool)) => tool,
+        };
+        let call_cancel = run_cancel.child_token();
+        let ctx = ToolContext { call_id: p.call.id.clone(), cancel: call_cancel.clone() };
+        let fut = AssertUnwindSafe(tool.call(p.call.arguments.clone(), ctx)).catch_unwind();
+        let result = match self.limits.tool_timeout {
+            Some(t) => tokio::time::timeout(t, fut).await.ok(),
+            None => Some(fut.await),
+        };
+        call_cancel.cancel();
+        match result {
+            None => CallResult {
+                content: format!(
+                    "tool {:?} timed out after {}",
+                    p.call.name,
+                    self.limits.tool_timeout.map_or_else(String::new, |d| humantime::format_duration(d).to_string())
+                ),
+                is_error: true,
+            },
+            Some(Err(panic)) => CallResult {
+                content: format!("tool {:?} panicked: {}", p.call.name, panic_message(&panic)),
+                is_error: true,
+            },
+            Some(Ok(Ok(out))) => CallResult { content: out.into_text(), is_error: false },
+            Some(Ok(Err(ToolError::Cancelled))) => {
+                CallResult { content: ToolError::Cancelled.to_string(), is_error: true }
+            }
+            Some(Ok(Err(e))) => CallResult { content: e.to_string(), is_error: true },
+        }
+    }
+}

@@ -1,0 +1,433 @@
+//! The sans-I/O run state machine: it says what to do next and takes the results back; it never waits,
+//! spawns, reads a clock or touches the network. Its state serializes, so a run can be persisted between
+//! steps and resumed elsewhere.
+
+use serde::{Deserialize, Serialize};
+
+use crate::context::{ContextConfig, bound_text, bound_to_units, fair_shares};
+use crate::limits::{ConfigError, Limits};
+use crate::message::{Message, ToolCall, ToolResult};
+use crate::model::{ModelError, ModelRequest, ModelResponse};
+use crate::outcome::{Outcome, Status};
+use crate::policy::{Decision, Policy};
+use crate::registry::Registry;
+use crate::transcript::{Transcript, TranscriptError, measure};
+use crate::usage::UsageTotals;
+use crate::validate::check_response;
+
+/// Each result of a batch is promised at least this many units of context when the batch is admitted.
+pub const MIN_RESULT_UNITS: u64 = 64;
+
+/// What one admitted call will do.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Plan {
+    /// The call passed validation and policy: run the tool.
+    Run,
+    /// The call does not run; this is its error result (unknown tool, invalid arguments, denied).
+    Reject {
+        /// The message the model gets.
+        message: String,
+    },
+}
+
+/// One call of an admitted batch and what to do with it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PlannedCall {
+    /// The call as the model proposed it.
+    pub call: ToolCall,
+    /// Run it, or answer with an error.
+    pub plan: Plan,
+}
+
+/// The result of a planned call, as the driver reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallResult {
+    /// The result text (not yet bounded).
+    pub content: String,
+    /// True for an error result.
+    pub is_error: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "snake_case")]
+enum Phase {
+    Ready,
+    AwaitingTools { batch: Vec<PlannedCall>, assistant_size: u64 },
+    Done { status: Status, answer: Option<String>, error: Option<String> },
+}
+
+/// What the driver should do next.
+#[derive(Debug)]
+pub enum Action<'a> {
+    /// Call the model with this request.
+    CallModel(ModelRequest),
+    /// Run this batch, then report with [`RunState::record_batch`].
+    RunTools(&'a [PlannedCall]),
+    /// The run is over; [`RunState::outcome`] tells how.
+    Finished,
+}
+
+/// What a model response led to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// The response was refused or ended the run; nothing of its tools runs.
+    Ended(Status),
+    /// The response was a final answer.
+    Completed,
+    /// A batch was admitted; [`RunState::next_action`] returns it.
+    Batch,
+}
+
+/// The serializable state of one run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunState {
+    run_id: String,
+    limits: Limits,
+    transcript: Transcript,
+    steps: u64,
+    tool_calls: u64,
+    usage: UsageTotals,
+    phase: Phase,
+}
+
+impl RunState {
+    /// A new run of `prompt`.
+    pub fn new(
+        run_id: impl Into<String>,
+        prompt: impl Into<String>,
+        limits: Limits,
+        ctx: &ContextConfig,
+    ) -> Result<Self, ConfigError> {
+        limits.validate()?;
+        let transcript = Transcript::new(prompt, ctx.counter.as_ref());
+        Ok(RunState {
+            run_id: run_id.into(),
+            limits,
+            transcript,
+            steps: 0,
+            tool_calls: 0,
+            usage: UsageTotals::default(),
+            phase: Phase::Ready,
+        })
+    }
+
+    /// Continues from an existing transcript (for example a resumed session). A final batch without all
+    /// its results is completed first with an error result for each missing call, saying `reason`.
+    pub fn resume(
+        run_id: impl Into<String>,
+        messages: Vec<Message>,
+        limits: Limits,
+        ctx: &ContextConfig,
+        reason: &str,
+    ) -> Result<Self, ConfigError> {
+        limits.validate()?;
+        let counter = ctx.counter.as_ref();
+        let mut transcript = Transcript::from_messages(messages, counter).map_err(|e| ConfigError(e.to_string()))?;
+        let missing: Vec<String> = transcript.unanswered().to_vec();
+        for id in missing {
+            transcript
+                .push_result(ToolResult { call_id: id, content: reason.to_owned(), is_error: true }, counter)
+                .map_err(|e| ConfigError(e.to_string()))?;
+        }
+        Ok(RunState {
+            run_id: run_id.into(),
+            limits,
+            transcript,
+            steps: 0,
+            tool_calls: 0,
+            usage: UsageTotals::default(),
+            phase: Phase::Ready,
+        })
+    }
+
+    /// Adds a follow-up user message to a run that is ready for its next model call.
+    pub fn push_user(&mut self, content: impl Into<String>, ctx: &ContextConfig) -> Result<(), TranscriptError> {
+        self.transcript.push_user(content, ctx.counter.as_ref())
+    }
+
+    /// The run's id.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The limits it runs under.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Model responses received.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// Tool calls admitted.
+    pub fn tool_calls(&self) -> u64 {
+        self.tool_calls
+    }
+
+    /// Usage so far.
+    pub fn usage(&self) -> &UsageTotals {
+        &self.usage
+    }
+
+    /// The transcript so far.
+    pub fn transcript(&self) -> &Transcript {
+        &self.transcript
+    }
+
+    /// The status, once the run is over.
+    pub fn status(&self) -> Option<Status> {
+        match &self.phase {
+            Phase::Done { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    fn end(&mut self, status: Status, answer: Option<String>, error: Option<String>) -> Admission {
+        self.phase = Phase::Done { status, answer, error };
+        if status == Status::Completed { Admission::Completed } else { Admission::Ended(status) }
+    }
+
+    /// What to do next. The step limit and the context budget are checked here, before a model call.
+    pub fn next_action(&mut self, registry: &Registry, ctx: &ContextConfig) -> Action<'_> {
+        if let Phase::Ready = self.phase {
+            if let Some(max) = self.limits.max_steps {
+                if self.steps >= max {
+                    self.end(
+                        Status::StepLimit,
+                        None,
+                        Some(format!("step limit reached: {} model responses (max_steps {max})", self.steps)),
+                    );
+                    return Action::Finished;
+                }
+            }
+            match self.transcript.select(ctx.max_context, ctx.counter.unit()) {
+                Ok(messages) => return Action::CallModel(ModelRequest { messages, tools: registry.specs().clone() }),
+                Err(e) => {
+                    self.end(Status::ContextLimit, None, Some(format!("context limit: {e}")));
+                    return Action::Finished;
+                }
+            }
+        }
+        match &self.phase {
+            Phase::AwaitingTools { batch, .. } => Action::RunTools(batch),
+            _ => Action::Finished,
+        }
+    }
+
+    /// Takes a model's answer. In order: the response is validated; the step and its usage are counted;
+    /// the token limits are checked; a final answer completes the run; a batch must fit the remaining
+    /// tool-call budget and the context budget whole, or it is refused whole and not recorded; each call
+    /// is validated and put to the policy; then the turn is recorded and the batch admitted.
+    pub fn on_model_response(
+        &mut self,
+        result: Result<ModelResponse, ModelError>,
+        registry: &Registry,
+        policy: Option<&dyn Policy>,
+        ctx: &ContextConfig,
+    ) -> Admission {
+        if !matches!(self.phase, Phase::Ready) {
+            return self.end(
+                Status::ModelError,
+                None,
+                Some("internal: a model response arrived while no model call was due".into()),
+            );
+        }
+        let response = match result {
+            Ok(r) => r,
+            Err(e) => return self.end(Status::ModelError, None, Some(e.to_string())),
+        };
+        if let Err(e) = check_response(&response) {
+            return self.end(Status::ModelError, None, Some(format!("malformed model response: {e}")));
+        }
+        self.steps += 1;
+        let Some(usage) = self.usage.add(response.usage.as_ref()) else {
+            return self.end(Status::ModelError, None, Some("invalid usage: the run's token totals overflow".into()));
+        };
+        self.usage = usage;
+        if let Some(detail) = self.token_limit_hit() {
+            return self.end(Status::TokenLimit, None, Some(detail));
+        }
+        let ModelResponse { text, tool_calls, .. } = response;
+        let counter = ctx.counter.as_ref();
+        if tool_calls.is_empty() {
+            if let Err(e) = self.transcript.push_assistant(text.clone(), Vec::new(), counter) {
+                return self.end(Status::ModelError, None, Some(e.to_string()));
+            }
+            return self.end(Status::Completed, Some(text), None);
+        }
+        let n = tool_calls.len() as u64;
+        if let Some(max) = self.limits.max_tool_calls {
+            let left = max.saturating_sub(self.tool_calls);
+            if n > left {
+                return self.end(
+                    Status::ToolLimit,
+                    None,
+                    Some(format!("tool-call limit: a batch of {n} calls does not fit the {left} left of max_tool_calls {max}; none ran")),
+                );
+            }
+        }
+        let assistant = Message::Assistant { content: text, tool_calls };
+        let assistant_size = measure(&assistant, counter);
+        if let Some(budget) = ctx.max_context {
+            let first = self.transcript.first_size();
+            let reserve =
+                n.saturating_mul(MIN_RESULT_UNITS.min(ctx.max_tool_result_chars.map_or(u64::MAX, |c| c as u64)));
+            let need = first.saturating_add(assistant_size).saturating_add(reserve);
+            if need > budget {
+                let unit = counter.unit();
+                return self.end(
+                    Status::ContextLimit,
+                    None,
+                    Some(format!(
+                        "context limit: the newest turn ({assistant_size} {unit}, {n} calls, at least {reserve} {unit} for their results) plus the first user message ({first} {unit}) exceeds the context budget ({budget} {unit}); no call ran"
+                    )),
+                );
+            }
+        }
+        let Message::Assistant { content, tool_calls } = assistant else {
+            return self.end(Status::ModelError, None, Some("internal: assistant message expected".into()));
+        };
+        let mut batch = Vec::with_capacity(tool_calls.len());
+        let mut stop = None;
+        for call in &tool_calls {
+            let plan = match registry.check(&call.name, &call.arguments) {
+                Err(e) => Plan::Reject { message: e.to_string() },
+                Ok(_) => match policy.map_or(Decision::Allow, |p| p.check(call)) {
+                    Decision::Allow => Plan::Run,
+                    Decision::Deny(reason) => Plan::Reject { message: format!("denied by policy: {reason}") },
+                    Decision::Stop(reason) => {
+                        stop = Some(reason);
+                        break;
+                    }
+                },
+            };
+            batch.push(PlannedCall { call: call.clone(), plan });
+        }
+        self.tool_calls += n;
+        if let Err(e) = self.transcript.push_assistant(content, tool_calls, counter) {
+            return self.end(Status::ModelError, None, Some(e.to_string()));
+        }
+        if let Some(reason) = stop {
+            let message = format!("not run: the run was stopped by policy: {reason}");
+            for id in self.transcript.unanswered().to_vec() {
+                let _ = self
+                    .transcript
+                    .push_result(ToolResult { call_id: id, content: message.clone(), is_error: true }, counter);
+            }
+            return self.end(Status::Aborted, None, Some(format!("stopped by policy: {reason}")));
+        }
+        self.phase = Phase::AwaitingTools { batch, assistant_size };
+        Admission::Batch
+    }
+
+    fn token_limit_hit(&self) -> Option<String> {
+        let u = &self.usage;
+        let l = &self.limits;
+        for (name, used, max) in [
+            ("input", u.input_tokens, l.max_input_tokens),
+            ("output", u.output_tokens, l.max_output_tokens),
+            ("total", u.total_tokens, l.max_total_tokens),
+        ] {
+            if let Some(max) = max {
+                if used > max {
+                    return Some(format!(
+                        "token limit: {used} {name} tokens exceed max_{name}_tokens {max}; the turn was not recorded"
+                    ));
+                }
+            }
+        }
+        None
+    }
+
+    /// Records the results of the admitted batch, in call order. `None` marks a call that did not finish:
+    /// it gets an error result saying `unfinished`. Each result is bounded to `max_tool_result_chars`;
+    /// under a context budget the results are then bounded together so that the newest group fits.
+    /// With `end` set the run ends with that status and `end_reason` (cancellation, deadline).
+    pub fn record_batch(
+        &mut self,
+        results: Vec<Option<CallResult>>,
+        unfinished: &str,
+        end: Option<(Status, String)>,
+        ctx: &ContextConfig,
+    ) {
+        let Phase::AwaitingTools { batch, assistant_size } = std::mem::replace(&mut self.phase, Phase::Ready) else {
+            return;
+        };
+        let counter = ctx.counter.as_ref();
+        let mut results = results.into_iter();
+        let mut texts: Vec<(String, String, bool)> = batch
+            .into_iter()
+            .map(|p| {
+                let r = results
+                    .next()
+                    .flatten()
+                    .unwrap_or_else(|| CallResult { content: unfinished.to_owned(), is_error: true });
+                let content = match ctx.max_tool_result_chars {
+                    Some(max) => bound_text(&r.content, max),
+                    None => r.content,
+                };
+                (p.call.id, content, r.is_error)
+            })
+            .collect();
+        if let Some(budget) = ctx.max_context {
+            let available = budget.saturating_sub(self.transcript.first_size()).saturating_sub(assistant_size);
+            let sizes: Vec<u64> = texts.iter().map(|t| counter.count(&t.1)).collect();
+            if sizes.iter().fold(0u64, |a, s| a.saturating_add(*s)) > available {
+                let shares = fair_shares(&sizes, available);
+                for (t, (size, share)) in texts.iter_mut().zip(sizes.iter().zip(shares)) {
+                    if *size > share {
+                        t.1 = bound_to_units(&t.1, share, counter).0;
+                    }
+                }
+            }
+        }
+        for (call_id, content, is_error) in texts {
+            if let Err(e) = self.transcript.push_result(ToolResult { call_id, content, is_error }, counter) {
+                self.end(Status::ModelError, None, Some(format!("internal: {e}")));
+                return;
+            }
+        }
+        if let Some((status, reason)) = end {
+            self.end(status, None, Some(reason));
+        }
+    }
+
+    /// Ends the run from outside (cancellation or deadline between steps). A pending batch is completed
+    /// with an error result for every call, so the transcript stays coherent.
+    pub fn interrupt(&mut self, status: Status, reason: String, ctx: &ContextConfig) {
+        match self.phase {
+            Phase::AwaitingTools { .. } => {
+                let n = match &self.phase {
+                    Phase::AwaitingTools { batch, .. } => batch.len(),
+                    _ => 0,
+                };
+                let unfinished = format!("aborted: {reason}");
+                self.record_batch(vec![None; n], &unfinished, Some((status, reason)), ctx);
+            }
+            Phase::Ready => {
+                self.end(status, None, Some(reason));
+            }
+            Phase::Done { .. } => {}
+        }
+    }
+
+    /// The outcome of the run (status `aborted` if it is not over yet).
+    pub fn outcome(&self) -> Outcome {
+        let (status, answer, error) = match &self.phase {
+            Phase::Done { status, answer, error } => (*status, answer.clone(), error.clone()),
+            _ => (Status::Aborted, None, Some("the run has not ended".into())),
+        };
+        Outcome {
+            status,
+            answer,
+            error,
+            steps: self.steps,
+            tool_calls: self.tool_calls,
+            usage: self.usage,
+            run_id: self.run_id.clone(),
+            messages: self.transcript.to_vec(),
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! Observability: one versioned `Event` type, observers, and an emitter that contains their failures.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::outcome::Status;
+use crate::usage::{Usage, UsageTotals};
+
+/// The schema version of serialized events.
+pub const EVENT_VERSION: u32 = 1;
+
+/// What happened.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EventKind {
+    /// The run began.
+    RunStart {
+        /// The tools on offer.
+        tools: Vec<String>,
+        /// The prompt (only with content opted in).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prompt: Option<String>,
+    },
+    /// A model call begins.
+    ModelStart {
+        /// The 1-based step this call would make.
+        step: u64,
+        /// How many messages the model is sent.
+        messages: usize,
+    },
+    /// A model call returned a response.
+    ModelEnd {
+        /// The step it made.
+        step: u64,
+        /// How long the call took.
+        duration_ms: f64,
+        /// Reported usage, if any.
+        usage: Option<Usage>,
+        /// How many tool calls it proposed.
+        tool_calls: usize,
+        /// The response text (only with content opted in).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+    },
+    /// A model call failed or its response was refused.
+    ModelError {
+        /// The step it would have made.
+        step: u64,
+        /// How long the call took.
+        duration_ms: f64,
+        /// What went wrong.
+        error: String,
+    },
+    /// A tool call begins (also for calls refused before running).
+    ToolStart {
+        /// The call's id.
+        call_id: String,
+        /// The tool's name.
+        name: String,
+        /// The arguments (only with content opted in).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arguments: Option<serde_json::Value>,
+    },
+    /// A tool call ended.
+    ToolEnd {
+        /// The call's id.
+        call_id: String,
+        /// The tool's name.
+        name: String,
+        /// True when the result is an error.
+        is_error: bool,
+        /// How long the call took.
+        duration_ms: f64,
+        /// The recorded result (only with content opted in).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content: Option<String>,
+    },
+    /// A limit ended the run.
+    LimitHit {
+        /// The status it ends with.
+        status: Status,
+        /// Which limit, and by how much.
+        detail: String,
+    },
+    /// The run ended.
+    RunEnd {
+        /// Why.
+        status: Status,
+        /// Model responses received.
+        steps: u64,
+        /// Tool calls admitted.
+        tool_calls: u64,
+        /// Usage totals.
+        usage: UsageTotals,
+        /// Wall time of the run.
+        duration_ms: f64,
+        /// What went wrong, if anything.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+}
+
+/// One event of a run: `{"v": 1, "type", "run_id", "seq", "ts", ...}` in JSON.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Event {
+    /// The run's id.
+    pub run_id: Arc<str>,
+    /// 0-based, one more for each event of the run.
+    pub seq: u64,
+    /// Wall-clock time of the event.
+    pub ts: SystemTime,
+    /// What happened.
+    pub kind: EventKind,
+}
+
+#[derive(Serialize, Deserialize)]
+struct EventLine {
+    v: u32,
+    run_id: String,
+    seq: u64,
+    ts: String,
+    #[serde(flatten)]
+    kind: EventKind,
+}
+
+impl Event {
+    /// The event as one JSON line (no trailing newline).
+    pub fn to_json(&self) -> String {
+        let line = EventLine {
+            v: EVENT_VERSION,
+            kind: self.kind.clone(),
+            run_id: self.run_id.to_string(),
+            seq: self.seq,
+            ts: humantime::format_rfc3339_millis(self.ts).to_string(),
+        };
+        serde_json::to_string(&line)
+            .unwrap_or_else(|e| format!("{{\"v\":1,\"type\":\"serialize_error\",\"error\":{:?}}}", e.to_string()))
+    }
+
+    /// Parses one JSON line written by [`Event::to_json`].
+    pub fn from_json(line: &str) -> Result<Event, String> {
+        let l: EventLine = serde_json::from_str(line).map_err(|e| e.to_string())?;
+        if l.v != EVENT_VERSION {
+            return Err(format!("unsupported event version {}", l.v));
+        }
+        let ts = humantime::parse_rfc3339(&l.ts).map_err(|e| e.to_string())?;
+        Ok(Event { run_id: Arc::from(l.run_id), seq: l.seq, ts, kind: l.kind })
+    }
+}
+
+/// Why an observer failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ObserverError(pub String);
+
+/// Hears every event of a run. Its errors and panics never change the run's outcome.
+pub trait Observer: Send + Sync {
+    /// Called for each event, in order.
+    fn on_event(&self, event: &Event) -> Result<(), ObserverError>;
+}
+
+impl<F: Fn(&Event) -> Result<(), ObserverError> + Send + Sync> Observer for F {
+    fn on_event(&self, event: &Event) -> Result<(), ObserverError> {
+        self(event)
+    }
+}
+
+/// Hears about observers that failed: the observer's index and the error (a panic's message included).
+pub type ObserverErrorHook = Arc<dyn Fn(usize, &ObserverError) + Send + Sync>;
+
+/// Sends events to observers, numbering them and containing failures.
+pub(crate) struct Emitter {
+    run_id: Arc<str>,
+    seq: u64,
+    observers: Vec<Arc<dyn Observer>>,
+    on_error: Option<ObserverErrorHook>,
+    pub(crate) include_content: bool,
+}
+
+impl Emitter {
+    pub(crate) fn new(
+        run_id: Arc<str>,
+        observers: Vec<Arc<dyn Observer>>,
+        on_error: Option<ObserverErrorHook>,
+        include_content: bool,
+    ) -> Self {
+        Emitter { run_id, seq: 0, observers, on_error, include_content }
+    }
+
+    /// True when someone listens (events are not even built otherwise).
+    pub(crate) fn active(&self) -> bool {
+        !self.observers.is_empty()
+    }
+
+    pub(crate) fn emit(&mut self, kind: EventKind) {
+        if self.observers.is_empty() {
+            return;
+        }
+        let event = Event { run_id: self.run_id.clone(), seq: self.seq, ts: SystemTime::now(), kind };
+        self.seq += 1;
+        for (i, obs) in self.observers.iter().enumerate() {
+            let result = catch_unwind(AssertUnwindSafe(|| obs.on_event(&event)));
+            let err = match result {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => e,
+                Err(panic) => ObserverError(format!("observer panicked: {}", panic_message(&panic))),
+            };
+            if let Some(hook) = &self.on_error {
+                let _ = catch_unwind(AssertUnwindSafe(|| hook(i, &err)));
+            }
+        }
+    }
+}
+
+pub(crate) fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_owned()
+    }
+}
+
+/// Milliseconds of a duration, as a float.
+pub(crate) fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}

@@ -1,0 +1,57 @@
+//! # Reins — the model proposes, the harness disposes
+//!
+//! The core of a vendor-neutral agent harness: types, the [`Model`] and [`Tool`] traits, a [`Registry`]
+//! that validates every call with full JSON Schema, [`Limits`], context bounding and selection, events,
+//! a sans-I/O run engine with an async driver ([`Agent`]), and a testing kit ([`ScriptedModel`]).
+//! No network, no processes: adapters live in other crates.
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use reins::*;
+//! let echo = FnTool::new("echo", "Returns its text.", serde_json::json!({
+//!     "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"],
+//!     "additionalProperties": false}),
+//!     |args, _ctx| async move { Ok(ToolOutput::Json(args["text"].clone())) });
+//! let model = ScriptedModel::new(vec![
+//!     ModelResponse::tool_calls("", vec![ToolCall::new("1", "echo", serde_json::json!({"text": "hi"}))]),
+//!     ModelResponse::text("done"),
+//! ]);
+//! let agent = Agent::builder(model).registry(Registry::builder().tool(echo).build().unwrap()).build().unwrap();
+//! let outcome = agent.run("say hi", tokio_util::sync::CancellationToken::new()).await;
+//! assert_eq!(outcome.status, Status::Completed);
+//! assert_eq!(outcome.messages[2], Message::tool_result("1", "hi", false));
+//! # });
+//! ```
+
+pub mod context;
+pub mod engine;
+pub mod events;
+pub mod limits;
+pub mod message;
+pub mod model;
+pub mod outcome;
+pub mod policy;
+pub mod registry;
+pub mod testing;
+pub mod tool;
+pub mod transcript;
+pub mod usage;
+pub mod validate;
+
+#[cfg(feature = "tiktoken")]
+pub use context::TiktokenCounter;
+pub use context::{CharCounter, ContextConfig, ContextError, TokenCounter, bound_text, bound_to_units};
+pub use engine::driver::{Agent, AgentBuilder};
+pub use engine::state::{Action, Admission, CallResult, Plan, PlannedCall, RunState};
+pub use events::{EVENT_VERSION, Event, EventKind, Observer, ObserverError};
+pub use limits::{ConfigError, Limits};
+pub use message::{Message, ToolCall, ToolResult};
+pub use model::{Conversation, FinishReason, Model, ModelError, ModelRequest, ModelResponse};
+pub use outcome::{Outcome, Status};
+pub use policy::{Decision, Policy};
+pub use registry::{CallError, Registry, RegistryBuilder, RegistryError, is_valid_tool_name};
+pub use testing::{FnModel, ScriptError, ScriptStep, ScriptedModel, parse_script};
+pub use tool::{FnTool, Tool, ToolContext, ToolError, ToolOutput, ToolSpec, Typed, TypedTool, typed};
+pub use transcript::{Transcript, TranscriptError};
+pub use usage::{Usage, UsageTotals};
+pub use validate::{ArgumentError, MAX_SAFE_INTEGER, ResponseError, check_response, parse_response};

@@ -1,0 +1,104 @@
+//! The items of a conversation: user prompts, assistant turns with tool calls, and tool results.
+
+use serde::{Deserialize, Serialize};
+
+/// One tool call proposed by a model. Its `arguments` are untrusted until the registry validated them.
+///
+/// ```
+/// let call = reins::ToolCall::new("1", "echo", serde_json::json!({"text": "hi"}));
+/// assert_eq!(call.name, "echo");
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The id the model gave the call; its result carries the same id.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments as the model sent them.
+    pub arguments: serde_json::Value,
+}
+
+impl ToolCall {
+    /// A call with the given id, name and arguments.
+    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: serde_json::Value) -> Self {
+        Self { id: id.into(), name: name.into(), arguments }
+    }
+}
+
+/// The result of one tool call, tied to the call by its id.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolResult {
+    /// The id of the call this answers.
+    pub call_id: String,
+    /// What the model is shown (already bounded).
+    pub content: String,
+    /// True when the call failed, was refused, timed out or was aborted.
+    pub is_error: bool,
+}
+
+/// One item of a transcript.
+///
+/// Serialized as `{"role": "user", "content"}`, `{"role": "assistant", "content", "tool_calls"}` (no
+/// `tool_calls` key when there are none) or `{"role": "tool", "call_id", "content", "is_error"}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Message {
+    /// A prompt from the user.
+    User {
+        /// The prompt text.
+        content: String,
+    },
+    /// A model turn: text and the tool calls it proposes.
+    Assistant {
+        /// The text of the turn (may be empty).
+        content: String,
+        /// The proposed calls, in order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+    },
+    /// The result of one tool call.
+    #[serde(rename = "tool")]
+    ToolResult(ToolResult),
+}
+
+impl Message {
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Message::User { content: content.into() }
+    }
+
+    /// An assistant message.
+    pub fn assistant(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
+        Message::Assistant { content: content.into(), tool_calls }
+    }
+
+    /// A tool result message.
+    pub fn tool_result(call_id: impl Into<String>, content: impl Into<String>, is_error: bool) -> Self {
+        Message::ToolResult(ToolResult { call_id: call_id.into(), content: content.into(), is_error })
+    }
+
+    /// The role name used in the serialized form: `user`, `assistant` or `tool`.
+    pub fn role(&self) -> &'static str {
+        match self {
+            Message::User { .. } => "user",
+            Message::Assistant { .. } => "assistant",
+            Message::ToolResult(_) => "tool",
+        }
+    }
+
+    /// The message's text content.
+    pub fn content(&self) -> &str {
+        match self {
+            Message::User { content } | Message::Assistant { content, .. } => content,
+            Message::ToolResult(r) => &r.content,
+        }
+    }
+
+    /// The tool calls of an assistant message (empty for other roles).
+    pub fn tool_calls(&self) -> &[ToolCall] {
+        match self {
+            Message::Assistant { tool_calls, .. } => tool_calls,
+            _ => &[],
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! How a run ended.
+
+use serde::{Deserialize, Serialize};
+
+use crate::message::Message;
+use crate::usage::UsageTotals;
+
+/// Why a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// The model answered without calling a tool.
+    Completed,
+    /// `max_steps` would be exceeded.
+    StepLimit,
+    /// A batch did not fit the remaining `max_tool_calls`.
+    ToolLimit,
+    /// Reported usage exceeded a token limit.
+    TokenLimit,
+    /// The wall-clock deadline passed.
+    Timeout,
+    /// The caller cancelled, or the policy stopped the run.
+    Aborted,
+    /// The model call failed or its response was malformed.
+    ModelError,
+    /// The context budget cannot hold the first message plus the newest group.
+    ContextLimit,
+}
+
+impl Status {
+    /// The snake_case name, as in JSON.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Status::Completed => "completed",
+            Status::StepLimit => "step_limit",
+            Status::ToolLimit => "tool_limit",
+            Status::TokenLimit => "token_limit",
+            Status::Timeout => "timeout",
+            Status::Aborted => "aborted",
+            Status::ModelError => "model_error",
+            Status::ContextLimit => "context_limit",
+        }
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The result of a run: `{"status", "answer", "error", "steps", "tool_calls", "usage", "run_id", "messages"}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// Why it ended.
+    pub status: Status,
+    /// The final answer, when completed.
+    pub answer: Option<String>,
+    /// What went wrong, for every status but `completed`.
+    pub error: Option<String>,
+    /// Model responses received.
+    pub steps: u64,
+    /// Tool calls requested and admitted (every call of every admitted batch).
+    pub tool_calls: u64,
+    /// Usage totals.
+    pub usage: UsageTotals,
+    /// The run's id.
+    pub run_id: String,
+    /// The whole transcript: every assistant tool call has exactly one result.
+    pub messages: Vec<Message>,
+}

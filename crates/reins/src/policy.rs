@@ -1,0 +1,32 @@
+//! The pre-execution hook: a caller's say over each validated call before it runs.
+
+use crate::message::ToolCall;
+
+/// What the policy decides for one call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// The call runs.
+    Allow,
+    /// The call does not run; the model gets an error result with this reason.
+    Deny(String),
+    /// No call of the batch runs and the run ends `aborted` with this reason.
+    Stop(String),
+}
+
+/// Decides over validated calls before they run. Closures `Fn(&ToolCall) -> Decision` are policies.
+///
+/// ```
+/// use reins::{Decision, ToolCall};
+/// let policy = |call: &ToolCall| if call.name == "rm" { Decision::Deny("no".into()) } else { Decision::Allow };
+/// assert_eq!(reins::Policy::check(&policy, &ToolCall::new("1", "rm", serde_json::json!({}))), Decision::Deny("no".into()));
+/// ```
+pub trait Policy: Send + Sync {
+    /// The decision for one call.
+    fn check(&self, call: &ToolCall) -> Decision;
+}
+
+impl<F: Fn(&ToolCall) -> Decision + Send + Sync> Policy for F {
+    fn check(&self, call: &ToolCall) -> Decision {
+        self(call)
+    }
+}

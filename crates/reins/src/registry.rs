@@ -1,0 +1,215 @@
+//! The tool registry: names and duplicates checked, schemas checked and compiled once, at build time.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::tool::{Tool, ToolSpec};
+use crate::validate::{ArgumentError, validate_arguments};
+
+/// Why a registry could not be built.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    /// The name does not match `^[a-zA-Z][a-zA-Z0-9_-]{0,63}$`.
+    #[error("invalid tool name {name:?}: names start with a letter and hold 1-64 letters, digits, '_' or '-'")]
+    InvalidName {
+        /// The refused name.
+        name: String,
+    },
+    /// Two tools share a name.
+    #[error("duplicate tool name {name:?}")]
+    Duplicate {
+        /// The repeated name.
+        name: String,
+    },
+    /// The input schema is not a valid JSON Schema, or no call could ever satisfy it.
+    #[error("tool {name:?} has an invalid input schema: {reason}")]
+    InvalidSchema {
+        /// The tool's name.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// True when `name` matches `^[a-zA-Z][a-zA-Z0-9_-]{0,63}$`.
+///
+/// ```
+/// assert!(reins::is_valid_tool_name("read_file"));
+/// assert!(!reins::is_valid_tool_name("1up"));
+/// ```
+pub fn is_valid_tool_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 64
+        && bytes[0].is_ascii_alphabetic()
+        && bytes.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_' || *b == b'-')
+}
+
+struct Entry {
+    tool: Arc<dyn Tool>,
+    validator: jsonschema::Validator,
+}
+
+/// Why a call could not be admitted to run.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum CallError {
+    /// No tool has that name.
+    #[error("unknown tool {name:?}; available tools: {available}")]
+    UnknownTool {
+        /// The requested name.
+        name: String,
+        /// The registered names, comma-separated.
+        available: String,
+    },
+    /// The arguments fail the tool's schema.
+    #[error("invalid arguments for tool {name:?}: {}", join_errors(.errors))]
+    InvalidArguments {
+        /// The tool's name.
+        name: String,
+        /// Each offending value, by JSON pointer.
+        errors: Vec<ArgumentError>,
+    },
+}
+
+fn join_errors(errors: &[ArgumentError]) -> String {
+    errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+}
+
+/// The tools of a run, each with its compiled schema. Built once, shared by many runs.
+///
+/// ```
+/// let echo = reins::FnTool::new("echo", "Echo.", serde_json::json!({
+///     "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+///     |args, _| async move { Ok(reins::ToolOutput::Json(args["text"].clone())) });
+/// let registry = reins::Registry::builder().tool(echo).build().unwrap();
+/// assert!(registry.check("echo", &serde_json::json!({"text": 1})).is_err());
+/// ```
+pub struct Registry {
+    entries: Vec<Entry>,
+    index: HashMap<String, usize>,
+    specs: Arc<[ToolSpec]>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").field("tools", &self.specs.iter().map(|s| &s.name).collect::<Vec<_>>()).finish()
+    }
+}
+
+/// Collects tools for a [`Registry`].
+#[derive(Default)]
+pub struct RegistryBuilder {
+    tools: Vec<Arc<dyn Tool>>,
+}
+
+impl RegistryBuilder {
+    /// Adds a tool.
+    pub fn tool(mut self, tool: impl Tool + 'static) -> Self {
+        self.tools.push(Arc::new(tool));
+        self
+    }
+
+    /// Adds a shared tool.
+    pub fn shared(mut self, tool: Arc<dyn Tool>) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Checks every name and schema and compiles the schemas.
+    pub fn build(self) -> Result<Registry, RegistryError> {
+        Registry::new(self.tools)
+    }
+}
+
+impl Registry {
+    /// A builder.
+    pub fn builder() -> RegistryBuilder {
+        RegistryBuilder::default()
+    }
+
+    /// A registry with no tools.
+    pub fn empty() -> Registry {
+        Registry { entries: Vec::new(), index: HashMap::new(), specs: Arc::from(Vec::new()) }
+    }
+
+    /// Builds a registry from tools: refuses invalid or duplicate names and invalid schemas.
+    pub fn new(tools: Vec<Arc<dyn Tool>>) -> Result<Registry, RegistryError> {
+        let mut entries = Vec::with_capacity(tools.len());
+        let mut index = HashMap::with_capacity(tools.len());
+        for tool in tools {
+            let spec = tool.spec();
+            if !is_valid_tool_name(&spec.name) {
+                return Err(RegistryError::InvalidName { name: spec.name.clone() });
+            }
+            if index.contains_key(&spec.name) {
+                return Err(RegistryError::Duplicate { name: spec.name.clone() });
+            }
+            let validator = compile_schema(&spec.name, &spec.input_schema)?;
+            index.insert(spec.name.clone(), entries.len());
+            entries.push(Entry { tool, validator });
+        }
+        let specs: Arc<[ToolSpec]> = entries.iter().map(|e| e.tool.spec().clone()).collect();
+        Ok(Registry { entries, index, specs })
+    }
+
+    /// The specs of every tool, in registration order.
+    pub fn specs(&self) -> &Arc<[ToolSpec]> {
+        &self.specs
+    }
+
+    /// The tool with that name.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.index.get(name).map(|&i| &self.entries[i].tool)
+    }
+
+    /// How many tools it holds.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when it holds no tool.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Checks a call: the tool exists and the arguments satisfy its schema. Returns the tool.
+    pub fn check(&self, name: &str, arguments: &serde_json::Value) -> Result<&Arc<dyn Tool>, CallError> {
+        let Some(&i) = self.index.get(name) else {
+            let available = self.specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ");
+            return Err(CallError::UnknownTool { name: name.to_owned(), available });
+        };
+        let entry = &self.entries[i];
+        validate_arguments(&entry.validator, arguments)
+            .map_err(|errors| CallError::InvalidArguments { name: name.to_owned(), errors })?;
+        Ok(&entry.tool)
+    }
+}
+
+/// Checks a schema against its meta-schema, refuses schemas no object could satisfy, and compiles it.
+fn compile_schema(name: &str, schema: &serde_json::Value) -> Result<jsonschema::Validator, RegistryError> {
+    let invalid = |reason: String| RegistryError::InvalidSchema { name: name.to_owned(), reason };
+    match schema {
+        serde_json::Value::Object(map) => {
+            if let Some(t) = map.get("type") {
+                let admits_object = match t {
+                    serde_json::Value::String(s) => s == "object",
+                    serde_json::Value::Array(a) => a.iter().any(|v| v == "object"),
+                    _ => true, // the meta-schema check below reports it
+                };
+                if !admits_object {
+                    return Err(invalid(format!("arguments are a JSON object, but the schema's type is {t}")));
+                }
+            }
+        }
+        serde_json::Value::Bool(true) => {}
+        serde_json::Value::Bool(false) => return Err(invalid("the schema `false` admits no call".into())),
+        other => return Err(invalid(format!("a schema is an object or a boolean, not {other}"))),
+    }
+    jsonschema::meta::validate(schema)
+        .map_err(|e| invalid(format!("{} (at {})", e, pointer_or_root(e.instance_path().as_str()))))?;
+    jsonschema::validator_for(schema).map_err(|e| invalid(e.to_string()))
+}
+
+pub(crate) fn pointer_or_root(p: &str) -> &str {
+    if p.is_empty() { "(root)" } else { p }
+}

@@ -1,0 +1,222 @@
+//! The testing kit: a scripted model, a model backed by a closure, and the script-file format.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::model::{Model, ModelError, ModelRequest, ModelResponse};
+use crate::validate::parse_response;
+
+/// One scripted model turn.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ScriptStep {
+    /// Answer with this response.
+    Respond(ModelResponse),
+    /// Fail the call with this error.
+    Fail(ModelError),
+    /// Deliver this JSON as the response, exactly as given: it goes through the response parser, so a
+    /// malformed one becomes a `Malformed` model error.
+    Raw(Value),
+    /// Wait (honouring cancellation), then do the inner step.
+    Delay(Duration, Box<ScriptStep>),
+}
+
+impl From<ModelResponse> for ScriptStep {
+    fn from(r: ModelResponse) -> Self {
+        ScriptStep::Respond(r)
+    }
+}
+
+impl From<Result<ModelResponse, ModelError>> for ScriptStep {
+    fn from(r: Result<ModelResponse, ModelError>) -> Self {
+        match r {
+            Ok(r) => ScriptStep::Respond(r),
+            Err(e) => ScriptStep::Fail(e),
+        }
+    }
+}
+
+/// A model that answers from a script, in order, and records every request it received. When the
+/// script is exhausted, each further call fails with [`ModelError::Exhausted`].
+///
+/// ```
+/// use reins::{ModelResponse, ScriptedModel};
+/// let model = ScriptedModel::new(vec![Ok(ModelResponse::text("hi"))]);
+/// assert_eq!(model.remaining(), 1);
+/// ```
+#[derive(Debug, Default)]
+pub struct ScriptedModel {
+    steps: Mutex<VecDeque<ScriptStep>>,
+    requests: Mutex<Vec<ModelRequest>>,
+    calls: Mutex<usize>,
+    record: bool,
+}
+
+impl ScriptedModel {
+    /// A model answering with these results in order.
+    pub fn new(steps: impl IntoIterator<Item = impl Into<ScriptStep>>) -> Self {
+        ScriptedModel {
+            steps: Mutex::new(steps.into_iter().map(Into::into).collect()),
+            requests: Mutex::new(Vec::new()),
+            calls: Mutex::new(0),
+            record: true,
+        }
+    }
+
+    /// Stops recording requests (for long benchmarks).
+    pub fn without_recording(mut self) -> Self {
+        self.record = false;
+        self
+    }
+
+    /// How many steps are left.
+    pub fn remaining(&self) -> usize {
+        self.steps.lock().map_or(0, |s| s.len())
+    }
+
+    /// Every request received so far.
+    pub fn requests(&self) -> Vec<ModelRequest> {
+        self.requests.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// How many calls it received.
+    pub fn calls(&self) -> usize {
+        self.calls.lock().map_or(0, |c| *c)
+    }
+
+    /// Panics unless every scripted step was used: for tests.
+    #[track_caller]
+    pub fn assert_complete(&self) {
+        let left = self.remaining();
+        assert!(left == 0, "scripted model: {left} scripted step(s) were never used");
+    }
+}
+
+#[async_trait]
+impl Model for ScriptedModel {
+    async fn generate(&self, request: &ModelRequest, cancel: &CancellationToken) -> Result<ModelResponse, ModelError> {
+        let n = {
+            let mut calls = self.calls.lock().map_err(|_| ModelError::Failed("scripted model lock poisoned".into()))?;
+            *calls += 1;
+            *calls
+        };
+        if self.record {
+            if let Ok(mut r) = self.requests.lock() {
+                r.push(request.clone());
+            }
+        }
+        let step = self.steps.lock().ok().and_then(|mut s| s.pop_front());
+        let mut step = step.ok_or(ModelError::Exhausted { call: n })?;
+        loop {
+            match step {
+                ScriptStep::Respond(r) => return Ok(r),
+                ScriptStep::Fail(e) => return Err(e),
+                ScriptStep::Raw(v) => return parse_response(&v).map_err(|e| ModelError::Malformed(e.0)),
+                ScriptStep::Delay(d, inner) => {
+                    tokio::select! {
+                        _ = cancel.cancelled() => return Err(ModelError::Cancelled),
+                        _ = tokio::time::sleep(d) => {}
+                    }
+                    step = *inner;
+                }
+            }
+        }
+    }
+}
+
+/// A model backed by a closure over the request.
+///
+/// ```
+/// let model = reins::FnModel::new(|req| Ok(reins::ModelResponse::text(format!("{} messages", req.messages.len()))));
+/// # let _ = model;
+/// ```
+pub struct FnModel<F> {
+    f: F,
+}
+
+impl<F> FnModel<F>
+where
+    F: Fn(&ModelRequest) -> Result<ModelResponse, ModelError> + Send + Sync,
+{
+    /// A model that answers with `f(request)`.
+    pub fn new(f: F) -> Self {
+        FnModel { f }
+    }
+}
+
+#[async_trait]
+impl<F> Model for FnModel<F>
+where
+    F: Fn(&ModelRequest) -> Result<ModelResponse, ModelError> + Send + Sync,
+{
+    async fn generate(&self, request: &ModelRequest, _cancel: &CancellationToken) -> Result<ModelResponse, ModelError> {
+        (self.f)(request)
+    }
+}
+
+/// Why a script file could not be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ScriptError(pub String);
+
+const RESPONSE_KEYS: &[&str] = &["content", "text", "tool_calls", "usage", "reasoning", "finish_reason"];
+
+/// Parses a script file: a JSON array whose elements are model turns —
+/// `{"content", "tool_calls", "usage"}`, `{"error": "message"}`, `{"raw": <any JSON>}`, each optionally
+/// with `"delay_ms": N` to wait first.
+///
+/// ```
+/// let steps = reins::parse_script(r#"[{"content": "hi"}, {"error": "boom"}, {"delay_ms": 5, "raw": 1}]"#).unwrap();
+/// assert_eq!(steps.len(), 3);
+/// assert!(reins::parse_script(r#"{"content": "hi"}"#).is_err());
+/// ```
+pub fn parse_script(text: &str) -> Result<Vec<ScriptStep>, ScriptError> {
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| ScriptError(format!("the script is not valid JSON: {e}")))?;
+    let Value::Array(items) = value else {
+        return Err(ScriptError("the script is a JSON array of model turns".into()));
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, v)| parse_step(v).map_err(|e| ScriptError(format!("script turn {i}: {e}"))))
+        .collect()
+}
+
+fn parse_step(v: &Value) -> Result<ScriptStep, String> {
+    let Value::Object(map) = v else {
+        return Err("a turn is a JSON object".into());
+    };
+    for key in map.keys() {
+        if !(RESPONSE_KEYS.contains(&key.as_str()) || ["error", "raw", "delay_ms"].contains(&key.as_str())) {
+            return Err(format!("unknown key {key:?} (expected content, tool_calls, usage, error, raw or delay_ms)"));
+        }
+    }
+    let has_response = RESPONSE_KEYS.iter().any(|k| map.contains_key(*k));
+    let step = match (map.get("error"), map.get("raw")) {
+        (Some(_), Some(_)) => return Err("a turn has `error` or `raw`, not both".into()),
+        (Some(_), None) | (None, Some(_)) if has_response => {
+            return Err("a turn with `error` or `raw` has no response keys".into());
+        }
+        (Some(Value::String(e)), None) => ScriptStep::Fail(ModelError::Failed(e.clone())),
+        (Some(_), None) => return Err("`error` is a string".into()),
+        (None, Some(raw)) => ScriptStep::Raw(raw.clone()),
+        (None, None) => {
+            let mut response = map.clone();
+            response.remove("delay_ms");
+            ScriptStep::Respond(parse_response(&Value::Object(response)).map_err(|e| e.0)?)
+        }
+    };
+    match map.get("delay_ms") {
+        None => Ok(step),
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(ms) => Ok(ScriptStep::Delay(Duration::from_millis(ms), Box::new(step))),
+            None => Err(format!("delay_ms is a non-negative integer, not {n}")),
+        },
+        Some(_) => Err("delay_ms is a number of milliseconds".into()),
+    }
+}

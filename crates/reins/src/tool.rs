@@ -1,0 +1,215 @@
+//! Tools: the `Tool` trait, typed tools whose schema comes from a Rust type, and their errors.
+
+use std::future::Future;
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+/// What a model is told about a tool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// The name the model calls it by: `^[a-zA-Z][a-zA-Z0-9_-]{0,63}$`.
+    pub name: String,
+    /// What the tool does, for the model.
+    pub description: String,
+    /// The JSON Schema its arguments must satisfy.
+    pub input_schema: serde_json::Value,
+}
+
+/// What a tool returns on success.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ToolOutput {
+    /// Text, recorded as is.
+    Text(String),
+    /// A JSON value: a string is recorded as the string itself, anything else as compact JSON.
+    Json(serde_json::Value),
+}
+
+impl ToolOutput {
+    /// The text the model is shown (before bounding).
+    pub fn into_text(self) -> String {
+        match self {
+            ToolOutput::Text(s) | ToolOutput::Json(serde_json::Value::String(s)) => s,
+            ToolOutput::Json(v) => v.to_string(),
+        }
+    }
+}
+
+impl From<String> for ToolOutput {
+    fn from(s: String) -> Self {
+        ToolOutput::Text(s)
+    }
+}
+
+impl From<&str> for ToolOutput {
+    fn from(s: &str) -> Self {
+        ToolOutput::Text(s.to_owned())
+    }
+}
+
+/// Why a tool call failed. The model gets the message as an error result; the run goes on.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ToolError {
+    /// The tool ran and failed.
+    #[error("{0}")]
+    Failed(String),
+    /// The arguments passed schema validation but the tool still could not use them.
+    #[error("invalid arguments: {0}")]
+    InvalidArguments(String),
+    /// The tool saw the cancellation and stopped.
+    #[error("aborted: the run was cancelled")]
+    Cancelled,
+}
+
+impl ToolError {
+    /// A failure with the given message.
+    pub fn failed(message: impl Into<String>) -> Self {
+        ToolError::Failed(message.into())
+    }
+}
+
+/// What a tool call may know of its run.
+#[derive(Clone, Debug)]
+pub struct ToolContext {
+    /// The id of this call.
+    pub call_id: String,
+    /// Fires when the run is cancelled, its deadline passes, or this call's timeout expires.
+    pub cancel: CancellationToken,
+}
+
+/// A tool the model may call. Its arguments arrive already validated against `spec().input_schema`.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    /// The tool's name, description and schema.
+    fn spec(&self) -> &ToolSpec;
+
+    /// True when calls of this tool may run concurrently with other such calls of the same batch.
+    fn parallel_safe(&self) -> bool {
+        false
+    }
+
+    /// Runs the call.
+    async fn call(&self, arguments: serde_json::Value, ctx: ToolContext) -> Result<ToolOutput, ToolError>;
+}
+
+/// A tool with typed arguments: its JSON Schema is derived from `Self::Args`, and its arguments arrive
+/// deserialized. Register it with [`typed`].
+///
+/// ```
+/// use reins::{TypedTool, ToolContext, ToolError, ToolOutput};
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Args { text: String }
+/// struct Echo;
+/// impl TypedTool for Echo {
+///     type Args = Args;
+///     const NAME: &'static str = "echo";
+///     const DESCRIPTION: &'static str = "Returns its text.";
+///     async fn run(&self, args: Args, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+///         Ok(ToolOutput::Text(args.text))
+///     }
+/// }
+/// let tool = reins::typed(Echo);
+/// assert_eq!(tool.spec().name, "echo");
+/// ```
+pub trait TypedTool: Send + Sync + 'static {
+    /// The argument type; its schema is what the model sees.
+    type Args: DeserializeOwned + schemars::JsonSchema + Send;
+    /// The tool's name.
+    const NAME: &'static str;
+    /// The tool's description.
+    const DESCRIPTION: &'static str;
+    /// True when calls may run concurrently.
+    const PARALLEL_SAFE: bool = false;
+
+    /// Runs the call with deserialized arguments.
+    fn run(&self, args: Self::Args, ctx: ToolContext) -> impl Future<Output = Result<ToolOutput, ToolError>> + Send;
+}
+
+/// Wraps a [`TypedTool`] as a [`Tool`].
+pub fn typed<T: TypedTool>(tool: T) -> Typed<T> {
+    let schema = schemars::schema_for!(T::Args);
+    let spec =
+        ToolSpec { name: T::NAME.to_owned(), description: T::DESCRIPTION.to_owned(), input_schema: schema.to_value() };
+    Typed { tool, spec }
+}
+
+/// A [`TypedTool`] seen as a [`Tool`]; made by [`typed`].
+pub struct Typed<T> {
+    tool: T,
+    spec: ToolSpec,
+}
+
+#[async_trait]
+impl<T: TypedTool> Tool for Typed<T> {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn parallel_safe(&self) -> bool {
+        T::PARALLEL_SAFE
+    }
+
+    async fn call(&self, arguments: serde_json::Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: T::Args =
+            serde_json::from_value(arguments).map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+        self.tool.run(args, ctx).await
+    }
+}
+
+type BoxedFn = dyn Fn(serde_json::Value, ToolContext) -> Pin<Box<dyn Future<Output = Result<ToolOutput, ToolError>> + Send>>
+    + Send
+    + Sync;
+
+/// A tool backed by a closure, for quick tools and tests.
+///
+/// ```
+/// let t = reins::FnTool::new("echo", "Returns its text.", serde_json::json!({"type": "object"}),
+///     |args, _ctx| async move { Ok(reins::ToolOutput::Json(args)) });
+/// assert_eq!(reins::Tool::spec(&t).name, "echo");
+/// ```
+pub struct FnTool {
+    spec: ToolSpec,
+    parallel_safe: bool,
+    f: Arc<BoxedFn>,
+}
+
+impl FnTool {
+    /// A tool named `name` whose calls run `f`.
+    pub fn new<F, Fut>(name: &str, description: &str, input_schema: serde_json::Value, f: F) -> Self
+    where
+        F: Fn(serde_json::Value, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<ToolOutput, ToolError>> + Send + 'static,
+    {
+        Self {
+            spec: ToolSpec { name: name.to_owned(), description: description.to_owned(), input_schema },
+            parallel_safe: false,
+            f: Arc::new(move |a, c| Box::pin(f(a, c))),
+        }
+    }
+
+    /// Marks the tool safe to run concurrently with others of its batch.
+    pub fn parallel(mut self) -> Self {
+        self.parallel_safe = true;
+        self
+    }
+}
+
+#[async_trait]
+impl Tool for FnTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn parallel_safe(&self) -> bool {
+        self.parallel_safe
+    }
+
+    async fn call(&self, arguments: serde_json::Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        (self.f)(arguments, ctx).await
+    }
+}

@@ -1,0 +1,263 @@
+//! The transcript of a run: append-only, always coherent, with each item's size measured once when it
+//! is appended so that selecting what the model sees costs O(log n), not a rescan.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::context::{ContextError, TokenCounter};
+use crate::message::{Message, ToolCall, ToolResult};
+use crate::model::Conversation;
+
+/// Why a message could not be appended, or a list of messages is not a coherent transcript.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("incoherent transcript at message {index}: {reason}")]
+pub struct TranscriptError {
+    /// The position of the offending message.
+    pub index: usize,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// An append-only, coherent transcript: it starts with a user message, every tool result answers a call
+/// of the assistant turn just before it, in call order, and a new turn starts only when every call of the
+/// previous one has its result.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(try_from = "TranscriptRepr", into = "TranscriptRepr")]
+pub struct Transcript {
+    messages: imbl::Vector<Arc<Message>>,
+    /// `prefix[i]` is the size of messages `0..i`; one longer than `messages`.
+    prefix: Vec<u64>,
+    /// Index of the first message of every group after the first message.
+    group_starts: Vec<usize>,
+    /// Call ids of the newest assistant turn still waiting for results, in order.
+    pending: Vec<String>,
+    /// How many of `pending` have a result.
+    answered: usize,
+}
+
+#[derive(Serialize, Deserialize)]
+struct TranscriptRepr {
+    messages: Vec<Message>,
+    sizes: Vec<u64>,
+}
+
+impl From<Transcript> for TranscriptRepr {
+    fn from(t: Transcript) -> Self {
+        let sizes = t.prefix.windows(2).map(|w| w[1] - w[0]).collect();
+        TranscriptRepr { messages: t.messages.iter().map(|m| (**m).clone()).collect(), sizes }
+    }
+}
+
+impl TryFrom<TranscriptRepr> for Transcript {
+    type Error = TranscriptError;
+    fn try_from(r: TranscriptRepr) -> Result<Self, Self::Error> {
+        if r.sizes.len() != r.messages.len() {
+            return Err(TranscriptError { index: 0, reason: "sizes and messages differ in length".into() });
+        }
+        Transcript::build(r.messages.into_iter().zip(r.sizes))
+    }
+}
+
+/// The size of a message in the counter's unit: its text, and the name and JSON arguments of each call.
+pub fn measure(message: &Message, counter: &dyn TokenCounter) -> u64 {
+    let mut n = counter.count(message.content());
+    for call in message.tool_calls() {
+        n = n.saturating_add(counter.count(&call.name));
+        n = n.saturating_add(counter.count(&call.arguments.to_string()));
+    }
+    n
+}
+
+impl Transcript {
+    /// A transcript holding one user message.
+    pub fn new(prompt: impl Into<String>, counter: &dyn TokenCounter) -> Self {
+        let first = Message::user(prompt);
+        let size = measure(&first, counter);
+        let mut messages = imbl::Vector::new();
+        messages.push_back(Arc::new(first));
+        Transcript { messages, prefix: vec![0, size], group_starts: Vec::new(), pending: Vec::new(), answered: 0 }
+    }
+
+    /// Checks and measures a list of messages. Orphan results, results out of call order, duplicate call
+    /// ids within a turn and a turn that starts before the previous one has all its results are refused;
+    /// an incomplete final batch is allowed (see [`Transcript::is_complete`]).
+    pub fn from_messages(messages: Vec<Message>, counter: &dyn TokenCounter) -> Result<Self, TranscriptError> {
+        Transcript::build(messages.into_iter().map(|m| {
+            let size = measure(&m, counter);
+            (m, size)
+        }))
+    }
+
+    fn build(items: impl IntoIterator<Item = (Message, u64)>) -> Result<Self, TranscriptError> {
+        let mut items = items.into_iter();
+        let Some((first, size)) = items.next() else {
+            return Err(TranscriptError {
+                index: 0,
+                reason: "a transcript starts with a user message; it is empty".into(),
+            });
+        };
+        if !matches!(first, Message::User { .. }) {
+            return Err(TranscriptError {
+                index: 0,
+                reason: format!("a transcript starts with a user message, not {}", first.role()),
+            });
+        }
+        let mut messages = imbl::Vector::new();
+        messages.push_back(Arc::new(first));
+        let mut t =
+            Transcript { messages, prefix: vec![0, size], group_starts: Vec::new(), pending: Vec::new(), answered: 0 };
+        for (m, size) in items {
+            t.append(m, size)?;
+        }
+        Ok(t)
+    }
+
+    fn append(&mut self, m: Message, size: u64) -> Result<(), TranscriptError> {
+        let index = self.messages.len();
+        let err = |reason: String| Err(TranscriptError { index, reason });
+        match &m {
+            Message::User { .. } | Message::Assistant { .. } => {
+                if !self.is_complete() {
+                    return err(format!(
+                        "a new {} message while call {:?} has no result",
+                        m.role(),
+                        self.pending[self.answered]
+                    ));
+                }
+                self.pending.clear();
+                self.answered = 0;
+                if let Message::Assistant { tool_calls, .. } = &m {
+                    for (i, c) in tool_calls.iter().enumerate() {
+                        if tool_calls[..i].iter().any(|o| o.id == c.id) {
+                            return err(format!("call id {:?} appears twice in one turn", c.id));
+                        }
+                    }
+                    self.pending.extend(tool_calls.iter().map(|c| c.id.clone()));
+                }
+                self.group_starts.push(index);
+            }
+            Message::ToolResult(r) => match self.pending.get(self.answered) {
+                Some(id) if *id == r.call_id => self.answered += 1,
+                Some(id) => {
+                    return err(format!("result for {:?} where the result for call {:?} is due", r.call_id, id));
+                }
+                None => return err(format!("orphan result for call {:?}", r.call_id)),
+            },
+        }
+        let total = self.total();
+        self.prefix.push(total.saturating_add(size));
+        self.messages.push_back(Arc::new(m));
+        Ok(())
+    }
+
+    /// Appends a user message (after every pending call has its result).
+    pub fn push_user(&mut self, content: impl Into<String>, counter: &dyn TokenCounter) -> Result<(), TranscriptError> {
+        let m = Message::user(content);
+        let size = measure(&m, counter);
+        self.append(m, size)
+    }
+
+    /// Appends an assistant turn; its calls then wait for results.
+    pub fn push_assistant(
+        &mut self,
+        content: String,
+        tool_calls: Vec<ToolCall>,
+        counter: &dyn TokenCounter,
+    ) -> Result<(), TranscriptError> {
+        let m = Message::Assistant { content, tool_calls };
+        let size = measure(&m, counter);
+        self.append(m, size)
+    }
+
+    /// Appends the result of the next call waiting for one.
+    pub fn push_result(&mut self, result: ToolResult, counter: &dyn TokenCounter) -> Result<(), TranscriptError> {
+        let size = counter.count(&result.content);
+        self.append(Message::ToolResult(result), size)
+    }
+
+    /// True when every call has its result.
+    pub fn is_complete(&self) -> bool {
+        self.answered == self.pending.len()
+    }
+
+    /// The calls of the newest turn that still have no result.
+    pub fn unanswered(&self) -> &[String] {
+        &self.pending[self.answered..]
+    }
+
+    /// How many messages it holds.
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Always false: a transcript holds at least its first user message.
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// The total size of all messages.
+    pub fn total(&self) -> u64 {
+        self.prefix.last().copied().unwrap_or(0)
+    }
+
+    /// The size of the first message.
+    pub fn first_size(&self) -> u64 {
+        self.prefix.get(1).copied().unwrap_or(0)
+    }
+
+    /// The whole transcript (O(1)).
+    pub fn conversation(&self) -> Conversation {
+        Conversation::from_vector(self.messages.clone())
+    }
+
+    /// A copy of the messages.
+    pub fn to_vec(&self) -> Vec<Message> {
+        self.messages.iter().map(|m| (**m).clone()).collect()
+    }
+
+    /// The newest message.
+    pub fn last(&self) -> Option<&Message> {
+        self.messages.last().map(|m| m.as_ref())
+    }
+
+    /// Selects what the model is sent: the first user message plus the newest whole groups whose total
+    /// fits `budget` (`None`: everything). O(log n). Refuses an incomplete batch, and a budget too small
+    /// for the first message plus the newest group, saying which part did not fit.
+    pub fn select(&self, budget: Option<u64>, unit: &str) -> Result<Conversation, ContextError> {
+        if let Some(id) = self.unanswered().first() {
+            return Err(ContextError(format!("the newest turn is incomplete: call {id:?} has no result")));
+        }
+        let Some(budget) = budget else {
+            return Ok(self.conversation());
+        };
+        let first = self.first_size();
+        if first > budget {
+            return Err(ContextError(format!(
+                "the first user message ({first} {unit}) alone exceeds the context budget ({budget} {unit})"
+            )));
+        }
+        let total = self.total();
+        // The suffix from group start g costs total - prefix[g]; it shrinks as g grows.
+        let j = self.group_starts.partition_point(|&g| first + (total - self.prefix[g]) > budget);
+        if j == self.group_starts.len() {
+            if let Some(&newest) = self.group_starts.last() {
+                let group = total - self.prefix[newest];
+                return Err(ContextError(format!(
+                    "the newest group ({} messages, {group} {unit}) plus the first user message ({first} {unit}) exceeds the context budget ({budget} {unit})",
+                    self.messages.len() - newest
+                )));
+            }
+            return Ok(self.conversation());
+        }
+        let start = self.group_starts[j];
+        if start == 1 {
+            return Ok(self.conversation());
+        }
+        let mut kept = self.messages.clone().split_off(start);
+        if let Some(first) = self.messages.front() {
+            kept.push_front(first.clone());
+        }
+        Ok(Conversation::from_vector(kept))
+    }
+}

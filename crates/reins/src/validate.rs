@@ -1,0 +1,238 @@
+//! Validation of untrusted input: tool-call arguments against their schema, and model responses
+//! before anything of them is recorded.
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+
+use crate::message::ToolCall;
+use crate::model::{FinishReason, ModelResponse};
+use crate::registry::pointer_or_root;
+use crate::usage::Usage;
+
+/// The largest integer magnitude a JSON number holds exactly in every implementation: 2^53.
+pub const MAX_SAFE_INTEGER: u64 = 1 << 53;
+
+/// At most this many argument errors are reported for one call.
+const MAX_REPORTED_ERRORS: usize = 8;
+/// An error message is cut to this many characters.
+const MAX_ERROR_CHARS: usize = 300;
+
+/// One offending value in a call's arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArgumentError {
+    /// The JSON pointer of the value (`""` is the whole arguments object).
+    pub pointer: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl std::fmt::Display for ArgumentError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", pointer_or_root(&self.pointer), self.message)
+    }
+}
+
+fn cut(mut s: String) -> String {
+    if let Some((i, _)) = s.char_indices().nth(MAX_ERROR_CHARS) {
+        s.truncate(i);
+        s.push('…');
+    }
+    s
+}
+
+/// Validates arguments with a compiled schema. Integers beyond ±2^53 are refused first, wherever they
+/// are: they are neither "integer" nor "number" here, since no JSON peer holds them exactly.
+pub(crate) fn validate_arguments(validator: &jsonschema::Validator, args: &Value) -> Result<(), Vec<ArgumentError>> {
+    let mut errors = Vec::new();
+    unsafe_numbers(args, &mut String::new(), &mut errors);
+    if errors.is_empty() {
+        for e in validator.iter_errors(args).take(MAX_REPORTED_ERRORS) {
+            errors.push(ArgumentError { pointer: e.instance_path().as_str().to_owned(), message: cut(e.to_string()) });
+        }
+    }
+    if errors.is_empty() { Ok(()) } else { Err(errors) }
+}
+
+fn unsafe_numbers(v: &Value, path: &mut String, out: &mut Vec<ArgumentError>) {
+    if out.len() >= MAX_REPORTED_ERRORS {
+        return;
+    }
+    match v {
+        Value::Number(n) => {
+            let unsafe_int = if let Some(u) = n.as_u64() {
+                u > MAX_SAFE_INTEGER
+            } else if let Some(i) = n.as_i64() {
+                i.unsigned_abs() > MAX_SAFE_INTEGER
+            } else {
+                n.as_f64().is_some_and(|f| !f.is_finite() || (f.fract() == 0.0 && f.abs() > MAX_SAFE_INTEGER as f64))
+            };
+            if unsafe_int {
+                out.push(ArgumentError {
+                    pointer: path.clone(),
+                    message: format!("{n} is outside ±2^53 and cannot be represented exactly"),
+                });
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                let len = path.len();
+                path.push('/');
+                path.push_str(&i.to_string());
+                unsafe_numbers(item, path, out);
+                path.truncate(len);
+            }
+        }
+        Value::Object(map) => {
+            for (k, item) in map {
+                let len = path.len();
+                path.push('/');
+                path.push_str(&k.replace('~', "~0").replace('/', "~1"));
+                unsafe_numbers(item, path, out);
+                path.truncate(len);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Why a model response was refused. The run ends `model_error` with this message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ResponseError(pub String);
+
+/// Checks a typed response: tool calls have non-empty, unique ids and non-empty names, and usage adds up
+/// without overflow.
+pub fn check_response(r: &ModelResponse) -> Result<(), ResponseError> {
+    let mut ids = HashSet::with_capacity(r.tool_calls.len());
+    for (i, call) in r.tool_calls.iter().enumerate() {
+        if call.id.is_empty() {
+            return Err(ResponseError(format!("tool call {i} has an empty id")));
+        }
+        if call.name.is_empty() {
+            return Err(ResponseError(format!("tool call {i} ({:?}) has an empty name", call.id)));
+        }
+        if !ids.insert(call.id.as_str()) {
+            return Err(ResponseError(format!("tool call id {:?} appears more than once", call.id)));
+        }
+    }
+    if let Some(u) = &r.usage {
+        if u.total().is_none() {
+            return Err(ResponseError("usage overflows: input plus output tokens exceed 2^64".into()));
+        }
+        if u.cached_input_tokens > u.input_tokens {
+            return Err(ResponseError("usage: cached input tokens exceed input tokens".into()));
+        }
+        if u.reasoning_tokens > u.output_tokens {
+            return Err(ResponseError("usage: reasoning tokens exceed output tokens".into()));
+        }
+    }
+    Ok(())
+}
+
+/// Parses and checks a response given as raw JSON:
+/// `{"content": string, "tool_calls": [{"id", "name", "arguments"}], "usage": {"input_tokens", "output_tokens"}}`.
+/// `content` may also be spelled `text`; both are optional, as are `tool_calls` and `usage`.
+///
+/// ```
+/// let r = reins::parse_response(&serde_json::json!({"content": "hi"})).unwrap();
+/// assert_eq!(r.text, "hi");
+/// assert!(reins::parse_response(&serde_json::json!({"content": 5})).is_err());
+/// ```
+pub fn parse_response(v: &Value) -> Result<ModelResponse, ResponseError> {
+    let err = |m: String| Err(ResponseError(m));
+    let Value::Object(map) = v else {
+        return err(format!("a response is a JSON object, not {}", kind(v)));
+    };
+    let text = match (map.get("content"), map.get("text")) {
+        (Some(_), Some(_)) => return err("a response has `content` or `text`, not both".into()),
+        (Some(Value::String(s)), None) | (None, Some(Value::String(s))) => s.clone(),
+        (None, None) | (Some(Value::Null), None) | (None, Some(Value::Null)) => String::new(),
+        (Some(other), None) | (None, Some(other)) => {
+            return err(format!("response text is a string, not {}", kind(other)));
+        }
+    };
+    let tool_calls = match map.get("tool_calls") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => {
+            let mut calls = Vec::with_capacity(items.len());
+            for (i, item) in items.iter().enumerate() {
+                calls.push(parse_call(i, item)?);
+            }
+            calls
+        }
+        Some(other) => return err(format!("tool_calls is an array, not {}", kind(other))),
+    };
+    let usage = match map.get("usage") {
+        None | Some(Value::Null) => None,
+        Some(u) => Some(parse_usage(u)?),
+    };
+    let reasoning = match map.get("reasoning") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(other) => return err(format!("reasoning is a string, not {}", kind(other))),
+    };
+    let finish_reason = match map.get("finish_reason") {
+        None | Some(Value::Null) => None,
+        Some(f) => Some(
+            serde_json::from_value::<FinishReason>(f.clone())
+                .map_err(|e| ResponseError(format!("finish_reason: {e}")))?,
+        ),
+    };
+    let r = ModelResponse { text, tool_calls, usage, reasoning, finish_reason };
+    check_response(&r)?;
+    Ok(r)
+}
+
+fn parse_call(i: usize, v: &Value) -> Result<ToolCall, ResponseError> {
+    let Value::Object(m) = v else {
+        return Err(ResponseError(format!("tool call {i} is an object, not {}", kind(v))));
+    };
+    let field = |name: &str| -> Result<String, ResponseError> {
+        match m.get(name) {
+            Some(Value::String(s)) => Ok(s.clone()),
+            None => Err(ResponseError(format!("tool call {i} has no {name}"))),
+            Some(other) => Err(ResponseError(format!("tool call {i}: {name} is a string, not {}", kind(other)))),
+        }
+    };
+    let id = field("id")?;
+    let name = field("name")?;
+    let arguments = match m.get("arguments") {
+        None => return Err(ResponseError(format!("tool call {i} ({id:?}) carries no arguments"))),
+        Some(a) => a.clone(),
+    };
+    Ok(ToolCall { id, name, arguments })
+}
+
+fn parse_usage(v: &Value) -> Result<Usage, ResponseError> {
+    let Value::Object(m) = v else {
+        return Err(ResponseError(format!("usage is an object, not {}", kind(v))));
+    };
+    let count = |name: &str, required: bool| -> Result<u64, ResponseError> {
+        match m.get(name) {
+            None | Some(Value::Null) if !required => Ok(0),
+            None | Some(Value::Null) => Err(ResponseError(format!("usage has no {name}"))),
+            Some(Value::Number(n)) => n
+                .as_u64()
+                .ok_or_else(|| ResponseError(format!("usage {name} is a non-negative integer below 2^64, not {n}"))),
+            Some(other) => Err(ResponseError(format!("usage {name} is a number, not {}", kind(other)))),
+        }
+    };
+    Ok(Usage {
+        input_tokens: count("input_tokens", true)?,
+        output_tokens: count("output_tokens", true)?,
+        cached_input_tokens: count("cached_input_tokens", false)?,
+        reasoning_tokens: count("reasoning_tokens", false)?,
+    })
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}

@@ -1,1 +1,54 @@
-fn main() {}
+//! The `reins` command: runs agents under Reins' limits and reports what happened.
+
+mod demo;
+mod exit;
+mod models;
+mod render;
+mod run;
+mod test_tools;
+
+use clap::{Parser, Subcommand};
+
+use crate::exit::{CliError, EXIT_CODES_HELP};
+
+/// Reins: a vendor-neutral agent harness. The model proposes; the harness disposes.
+#[derive(Parser, Debug)]
+#[command(name = "reins", version, about, after_help = EXIT_CODES_HELP)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a short scripted session offline and show what happened.
+    Demo,
+    /// Run an agent on a prompt.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Run(Box<run::RunArgs>),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return std::process::ExitCode::from(code);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return CliError::Internal(anyhow::anyhow!("cannot start the async runtime: {e}")).report(),
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Demo => demo::demo().await,
+            Command::Run(args) => run::run(*args).await,
+        }
+    });
+    match result {
+        Ok(code) => std::process::ExitCode::from(code),
+        Err(e) => e.report(),
+    }
+}

@@ -1,0 +1,67 @@
+//! Exit codes and the errors that map to them.
+
+use reins::Status;
+
+/// The exit codes, for `--help`.
+pub const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0  completed        the model gave its answer
+  1  internal error   Reins itself failed (for example the outcome file could not be written)
+  2  bad input        unreadable or malformed script/config, bad flag values
+  3  step_limit       --max-steps reached
+  4  tool_limit       a batch did not fit --max-tool-calls
+  5  token_limit      reported usage exceeded a token limit
+  6  timeout          --timeout passed
+  7  aborted          cancelled (Ctrl-C) or stopped by policy
+  8  model_error      the model call failed or its response was malformed
+  9  context_limit    the context budget cannot hold the first message and the newest turn";
+
+/// The exit code for a run's status.
+pub fn code_for(status: Status) -> u8 {
+    match status {
+        Status::Completed => 0,
+        Status::StepLimit => 3,
+        Status::ToolLimit => 4,
+        Status::TokenLimit => 5,
+        Status::Timeout => 6,
+        Status::Aborted => 7,
+        Status::ModelError => 8,
+        Status::ContextLimit => 9,
+    }
+}
+
+/// A failure of the command itself.
+#[derive(Debug)]
+pub enum CliError {
+    /// Bad input from the user: exit 2.
+    Usage(String),
+    /// Reins failed: exit 1.
+    Internal(anyhow::Error),
+}
+
+impl CliError {
+    /// Prints the one-line error and gives the exit code.
+    pub fn report(self) -> std::process::ExitCode {
+        match self {
+            CliError::Usage(m) => {
+                eprintln!("reins: error: {m}");
+                std::process::ExitCode::from(2)
+            }
+            CliError::Internal(e) => {
+                eprintln!("reins: error: {e:#}");
+                std::process::ExitCode::from(1)
+            }
+        }
+    }
+}
+
+impl From<anyhow::Error> for CliError {
+    fn from(e: anyhow::Error) -> Self {
+        CliError::Internal(e)
+    }
+}
+
+/// A bad-input error.
+pub fn usage(message: impl Into<String>) -> CliError {
+    CliError::Usage(message.into())
+}

@@ -1,0 +1,82 @@
+//! Readable output: progress lines on stderr, the answer on stdout.
+
+use reins::{Event, EventKind, Message, ObserverError, Outcome, Status};
+
+const PREVIEW: usize = 160;
+
+/// Cuts `s` to one line of at most `PREVIEW` characters.
+pub fn preview(s: &str) -> String {
+    let one_line: String = s.chars().map(|c| if c == '\n' { '⏎' } else { c }).collect();
+    if one_line.chars().count() <= PREVIEW {
+        one_line
+    } else {
+        let cut: String = one_line.chars().take(PREVIEW).collect();
+        format!("{cut}…")
+    }
+}
+
+/// Prints each event as a readable progress line on stderr.
+pub fn progress_observer(event: &Event) -> Result<(), ObserverError> {
+    if let Some(line) = progress_line(event) {
+        eprintln!("{line}");
+    }
+    Ok(())
+}
+
+/// Prints each event as a readable progress line on stdout.
+pub fn progress_stdout(event: &Event) -> Result<(), ObserverError> {
+    if let Some(line) = progress_line(event) {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// One readable line for an event, if it deserves one.
+pub fn progress_line(event: &Event) -> Option<String> {
+    let line = match &event.kind {
+        EventKind::RunStart { tools, .. } => format!("▶ run {} · tools: {}", event.run_id, tools.join(", ")),
+        EventKind::ModelStart { .. } => return None,
+        EventKind::ModelEnd { step, duration_ms, tool_calls, text, .. } => {
+            let text = text.as_deref().filter(|t| !t.is_empty()).map(preview).unwrap_or_default();
+            format!("  step {step} · model {duration_ms:.1} ms · {tool_calls} tool call(s) {text}")
+        }
+        EventKind::ModelError { step, error, .. } => format!("  step {step} · model error: {}", preview(error)),
+        EventKind::ToolStart { name, arguments, .. } => {
+            let args = arguments.as_ref().map(|a| preview(&a.to_string())).unwrap_or_default();
+            format!("    → {name} {args}")
+        }
+        EventKind::ToolEnd { name, is_error, duration_ms, content, .. } => {
+            let mark = if *is_error { "error" } else { "ok" };
+            let content = content.as_deref().map(preview).unwrap_or_default();
+            format!("    ← {name} [{mark}] {duration_ms:.1} ms {content}")
+        }
+        EventKind::LimitHit { status, detail } => format!("  limit hit ({status}): {detail}"),
+        EventKind::RunEnd { .. } => return None,
+    };
+    Some(line)
+}
+
+/// Prints the end of a run: the answer on stdout, the status line on stderr.
+pub fn summary(outcome: &Outcome) {
+    if let Some(answer) = &outcome.answer {
+        println!("{answer}");
+    }
+    let u = &outcome.usage;
+    let usage = if u.calls_with_usage == 0 {
+        "usage unknown".to_owned()
+    } else {
+        format!(
+            "usage {} in / {} out ({} of {} model calls reported usage)",
+            u.input_tokens,
+            u.output_tokens,
+            u.calls_with_usage,
+            u.calls_with_usage + u.calls_without_usage
+        )
+    };
+    eprintln!("■ {} · {} step(s) · {} tool call(s) · {usage}", outcome.status, outcome.steps, outcome.tool_calls);
+    if outcome.status != Status::Completed {
+        if let Some(e) = &outcome.error {
+            eprintln!("  {e}");
+        }
+    }
+}

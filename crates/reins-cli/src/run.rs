@@ -1,0 +1,151 @@
+//! `reins run`: flags, the run, its events and its outcome file.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use reins::{Agent, CharCounter, ContextConfig, Event, Limits, ObserverError, Outcome, Registry, TokenCounter};
+use tokio_util::sync::CancellationToken;
+
+use crate::exit::{CliError, code_for, usage};
+use crate::{models, render, test_tools};
+
+/// Flags of `reins run`.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The prompt.
+    pub prompt: String,
+    /// The model, as PROVIDER:NAME. `script:FILE.json` replays a script file (see the README).
+    #[arg(long)]
+    pub model: String,
+    /// Adds the test tools `echo` and `fail`.
+    #[arg(long)]
+    pub test_tools: bool,
+    /// The most model responses.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_steps: u64,
+    /// The most tool calls (every requested call counts).
+    #[arg(long)]
+    pub max_tool_calls: Option<u64>,
+    /// The wall-clock deadline of the run, e.g. 30s, 5m, 1h 30m.
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+    /// The longest one tool call may run, e.g. 10s.
+    #[arg(long, value_parser = parse_duration)]
+    pub tool_timeout: Option<Duration>,
+    /// The context budget in characters (Unicode scalar values).
+    #[arg(long, conflicts_with = "max_context_tokens", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_context_chars: Option<u64>,
+    /// The context budget in tokens (o200k_base tokenizer).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_context_tokens: Option<u64>,
+    /// Each tool result is cut to this many characters before it is recorded.
+    #[arg(long, default_value_t = 32_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_tool_result_chars: u64,
+    /// The most input tokens over the run (from reported usage).
+    #[arg(long)]
+    pub max_input_tokens: Option<u64>,
+    /// The most output tokens over the run.
+    #[arg(long)]
+    pub max_output_tokens: Option<u64>,
+    /// The most input plus output tokens over the run.
+    #[arg(long)]
+    pub max_total_tokens: Option<u64>,
+    /// Writes events as JSON lines on stdout (`run_end` last) instead of readable progress.
+    #[arg(long)]
+    pub json: bool,
+    /// Puts prompts, arguments, texts and results into JSON events (left out by default).
+    #[arg(long)]
+    pub events_content: bool,
+    /// Writes the whole outcome, transcript included, as JSON to this file.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+}
+
+/// Parses a duration such as `30s`, `250ms`, `5m` or `1h 30m`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration such as 30s or 5m: {e}"))?;
+    if d.is_zero() {
+        return Err("the duration must be longer than zero".into());
+    }
+    Ok(d)
+}
+
+/// The JSON-lines observer: one event a line on stdout.
+fn json_observer(event: &Event) -> Result<(), ObserverError> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", event.to_json()).and_then(|()| out.flush()).map_err(|e| ObserverError(e.to_string()))
+}
+
+/// Builds the agent from the flags.
+fn build_agent(args: &RunArgs) -> Result<Agent, CliError> {
+    let model = models::build_model(&args.model)?;
+    let mut tools = Vec::new();
+    if args.test_tools {
+        tools.extend(test_tools::tools());
+    }
+    let registry = Registry::new(tools).map_err(|e| usage(e.to_string()))?;
+    let limits = Limits {
+        max_steps: Some(args.max_steps),
+        max_tool_calls: args.max_tool_calls,
+        max_input_tokens: args.max_input_tokens,
+        max_output_tokens: args.max_output_tokens,
+        max_total_tokens: args.max_total_tokens,
+        timeout: args.timeout,
+        tool_timeout: args.tool_timeout,
+    };
+    let counter: Arc<dyn TokenCounter> = if args.max_context_tokens.is_some() {
+        Arc::new(reins::TiktokenCounter::o200k_base().map_err(|e| CliError::Internal(anyhow::anyhow!(e)))?)
+    } else {
+        Arc::new(CharCounter)
+    };
+    let context = ContextConfig {
+        max_context: args.max_context_chars.or(args.max_context_tokens),
+        max_tool_result_chars: Some(usize::try_from(args.max_tool_result_chars).unwrap_or(usize::MAX)),
+        counter,
+    };
+    let mut builder = Agent::builder_shared(model).registry(registry).limits(limits).context(context);
+    if args.json {
+        builder = builder.observer(json_observer).include_content(args.events_content);
+    } else {
+        builder = builder.observer(render::progress_observer).include_content(true);
+    }
+    builder.build().map_err(|e| usage(e.to_string()))
+}
+
+/// Cancels `cancel` on the first Ctrl-C; a second one exits at once.
+pub fn cancel_on_ctrl_c(cancel: CancellationToken) {
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("reins: interrupted: cancelling the run (Ctrl-C again to exit at once)");
+            cancel.cancel();
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(130);
+            }
+        }
+    });
+}
+
+/// Writes the outcome as pretty JSON.
+pub fn write_outcome(path: &PathBuf, outcome: &Outcome) -> anyhow::Result<()> {
+    let json = serde_json::to_vec_pretty(outcome).context("serializing the outcome")?;
+    std::fs::write(path, json).with_context(|| format!("writing the outcome file {}", path.display()))
+}
+
+/// `reins run`.
+pub async fn run(args: RunArgs) -> Result<u8, CliError> {
+    let agent = build_agent(&args)?;
+    let cancel = CancellationToken::new();
+    cancel_on_ctrl_c(cancel.clone());
+    let outcome = agent.run(&args.prompt, cancel).await;
+    if let Some(path) = &args.output {
+        write_outcome(path, &outcome)?;
+    }
+    if !args.json {
+        render::summary(&outcome);
+    }
+    Ok(code_for(outcome.status))
+}

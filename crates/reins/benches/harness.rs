@@ -1,1 +1,407 @@
-fn main() {}
+//! The Reins benchmark: one JSON line `{"id", "value", "unit"}` per figure on stdout.
+//!
+//! Run with `cargo bench -p reins --bench harness`. Every timed figure is the median of several
+//! repetitions. Figures:
+//!
+//! - `W1`, `W1-context`, `W1-observer` (µs per step): one run of 1000 steps, each one `echo` call with
+//!   `{"text":"hello"}`, then an answer; without a context budget, with a 32,000-char context budget and
+//!   8,000 chars per result, and with an observer collecting every event.
+//! - `W1-context-{250,1000,4000}` (µs per step): the same with the context budget at three lengths.
+//! - `W3-wall` (ms), `W3-rss-per-run` (kB): 1000 concurrent runs of 10 steps on a multi-thread runtime;
+//!   peak memory is measured in a fresh child process (the bench re-executes itself) so that memory the
+//!   allocator kept from earlier figures does not hide the peak.
+//! - `W4-{1k,10k,100k}-{32k,all}` (µs): one `Transcript::select` over a transcript of that many messages,
+//!   with a 32,000-char budget and with none.
+//! - `W5-flat`, `W5-nested` (ns): one `Registry::check`.
+//!
+//! Set `REINS_BENCH_QUICK=1` for a fast smoke run (fewer repetitions).
+
+use std::hint::black_box;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use reins::{
+    Agent, CharCounter, ContextConfig, Event, Limits, Message, Model, ModelError, ModelRequest, ModelResponse,
+    ObserverError, Registry, ScriptedModel, Status, ToolCall, ToolContext, ToolError, ToolOutput, Transcript,
+    TypedTool,
+};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// The environment variable that makes the bench a W3 memory probe (set for the child process).
+const CHILD_ENV: &str = "REINS_BENCH_W3_RSS_CHILD";
+
+const RUNS: usize = 1000;
+const RUN_STEPS: usize = 10;
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct EchoArgs {
+    /// The text to return.
+    text: String,
+}
+
+/// The `echo` tool: `{"text": string}` required, no other properties; returns the text. Pure, so it is
+/// declared parallel-safe (each W1 batch holds one call, so this does not change the figures).
+struct Echo;
+
+impl TypedTool for Echo {
+    type Args = EchoArgs;
+    const NAME: &'static str = "echo";
+    const DESCRIPTION: &'static str = "Returns its text.";
+    const PARALLEL_SAFE: bool = true;
+
+    async fn run(&self, args: EchoArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::Text(args.text))
+    }
+}
+
+fn registry() -> Arc<Registry> {
+    match Registry::builder().tool(reins::typed(Echo)).build() {
+        Ok(r) => Arc::new(r),
+        Err(e) => fail(&format!("the echo registry does not build: {e}")),
+    }
+}
+
+fn fail(msg: &str) -> ! {
+    eprintln!("bench: {msg}");
+    std::process::exit(1)
+}
+
+fn emit(id: &str, value: f64, unit: &str) {
+    println!("{}", json!({"id": id, "value": (value * 1000.0).round() / 1000.0, "unit": unit}));
+}
+
+fn quick() -> bool {
+    std::env::var_os("REINS_BENCH_QUICK").is_some()
+}
+
+fn reps(n: usize) -> usize {
+    if quick() { 1.max(n / 5) } else { n }
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    let n = xs.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 { xs[n / 2] } else { (xs[n / 2 - 1] + xs[n / 2]) / 2.0 }
+}
+
+/// `steps` responses each with one `echo` call, then an answer.
+fn script(steps: usize) -> Vec<ModelResponse> {
+    let mut out = Vec::with_capacity(steps + 1);
+    for i in 0..steps {
+        out.push(ModelResponse::tool_calls("", vec![ToolCall::new(format!("c{i}"), "echo", json!({"text": "hello"}))]));
+    }
+    out.push(ModelResponse::text("done"));
+    out
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Variant {
+    Plain,
+    Context,
+    Observer,
+}
+
+fn context(variant: Variant) -> ContextConfig {
+    match variant {
+        Variant::Context => ContextConfig {
+            max_context: Some(32_000),
+            max_tool_result_chars: Some(8_000),
+            counter: Arc::new(CharCounter),
+        },
+        Variant::Plain | Variant::Observer => ContextConfig { max_context: None, ..ContextConfig::default() },
+    }
+}
+
+fn agent(
+    model: impl Model + 'static,
+    registry: &Arc<Registry>,
+    variant: Variant,
+    sink: Option<Arc<Mutex<Vec<Event>>>>,
+) -> Agent {
+    let mut b = Agent::builder(model).registry(registry.clone()).limits(Limits::unlimited()).context(context(variant));
+    if let Some(sink) = sink {
+        b = b.observer(move |e: &Event| {
+            sink.lock().map_err(|_| ObserverError("poisoned".into()))?.push(e.clone());
+            Ok(())
+        });
+    }
+    match b.build() {
+        Ok(a) => a,
+        Err(e) => fail(&format!("agent: {e}")),
+    }
+}
+
+/// One W1 run: µs per step (the scripted model, agent and script are built outside the timing).
+fn w1_once(
+    rt: &tokio::runtime::Runtime,
+    registry: &Arc<Registry>,
+    steps: usize,
+    variant: Variant,
+    record: bool,
+) -> f64 {
+    let model = ScriptedModel::new(script(steps));
+    let model = if record { model } else { model.without_recording() };
+    let sink = (variant == Variant::Observer).then(|| Arc::new(Mutex::new(Vec::with_capacity(4 * steps + 8))));
+    let agent = agent(model, registry, variant, sink.clone());
+    let t0 = Instant::now();
+    let outcome = rt.block_on(agent.run("Say hello through the echo tool, again and again.", CancellationToken::new()));
+    let elapsed = t0.elapsed();
+    if outcome.status != Status::Completed || outcome.tool_calls != steps as u64 {
+        fail(&format!("W1 run ended {:?} after {} calls: {:?}", outcome.status, outcome.tool_calls, outcome.error));
+    }
+    if let Some(sink) = sink {
+        let n = sink.lock().map_or(0, |v| v.len());
+        // run_start + per step (model_start, model_end, tool_start, tool_end) + final model pair + run_end
+        if n != 4 * steps + 4 {
+            fail(&format!("W1-observer collected {n} events, expected {}", 4 * steps + 4));
+        }
+    }
+    drop(black_box(outcome));
+    elapsed.as_secs_f64() * 1e6 / steps as f64
+}
+
+fn w1(rt: &tokio::runtime::Runtime, registry: &Arc<Registry>, steps: usize, variant: Variant, record: bool) -> f64 {
+    let n = reps(if steps >= 4000 { 9 } else { 21 });
+    let _warm = w1_once(rt, registry, steps, variant, record);
+    median((0..n).map(|_| w1_once(rt, registry, steps, variant, record)).collect())
+}
+
+/// A model around another that yields to the scheduler once per call, so that concurrent runs really
+/// interleave (a scripted model alone answers without ever suspending).
+struct Yielding<M>(M);
+
+#[async_trait]
+impl<M: Model> Model for Yielding<M> {
+    async fn generate(&self, request: &ModelRequest, cancel: &CancellationToken) -> Result<ModelResponse, ModelError> {
+        tokio::task::yield_now().await;
+        self.0.generate(request, cancel).await
+    }
+}
+
+/// 1000 concurrent runs of 10 steps; returns the wall time in ms. Each task builds its own model.
+fn w3_once(rt: &tokio::runtime::Runtime, registry: &Arc<Registry>) -> f64 {
+    let t0 = Instant::now();
+    let ok = rt.block_on(async {
+        let tasks: Vec<_> = (0..RUNS)
+            .map(|_| {
+                let registry = registry.clone();
+                tokio::spawn(async move {
+                    let model = Yielding(ScriptedModel::new(script(RUN_STEPS)).without_recording());
+                    let agent = agent(model, &registry, Variant::Context, None);
+                    let o = agent.run("Say hello through the echo tool.", CancellationToken::new()).await;
+                    o.status == Status::Completed && o.tool_calls == RUN_STEPS as u64
+                })
+            })
+            .collect();
+        let mut ok = 0;
+        for t in tasks {
+            if matches!(t.await, Ok(true)) {
+                ok += 1;
+            }
+        }
+        ok
+    });
+    let wall = t0.elapsed().as_secs_f64() * 1e3;
+    if ok != RUNS {
+        fail(&format!("W3: only {ok} of {RUNS} runs completed"));
+    }
+    wall
+}
+
+fn multi_thread() -> tokio::runtime::Runtime {
+    match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => fail(&format!("runtime: {e}")),
+    }
+}
+
+fn vm_hwm_kb() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// In the child: reset the peak, run W3 once, print the peak growth per run in kB.
+fn w3_rss_child() {
+    let rt = multi_thread();
+    let registry = registry();
+    // Start the worker threads before the baseline.
+    rt.block_on(async { tokio::spawn(async {}).await.ok() });
+    if std::fs::write("/proc/self/clear_refs", "5").is_err() {
+        fail("cannot reset the peak RSS through /proc/self/clear_refs");
+    }
+    let Some(base) = vm_hwm_kb() else { fail("no VmHWM in /proc/self/status") };
+    w3_once(&rt, &registry);
+    let Some(peak) = vm_hwm_kb() else { fail("no VmHWM in /proc/self/status") };
+    println!("{}", peak.saturating_sub(base) as f64 / RUNS as f64);
+}
+
+fn w3_rss() -> Option<f64> {
+    let exe = std::env::current_exe().ok()?;
+    let samples: Vec<f64> = (0..reps(5))
+        .filter_map(|_| {
+            let out = std::process::Command::new(&exe).env(CHILD_ENV, "1").output().ok()?;
+            if !out.status.success() {
+                eprintln!("bench: W3 memory probe failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+                return None;
+            }
+            String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+        })
+        .collect();
+    (!samples.is_empty()).then(|| median(samples))
+}
+
+/// A transcript of `n` messages: the prompt, then groups of an assistant turn with one call and its
+/// result of 40-400 characters (deterministic), so that a 32,000-char budget keeps some 150 groups.
+fn transcript(n: usize) -> Transcript {
+    let mut messages = Vec::with_capacity(n);
+    messages.push(Message::user("Read the files and summarise them."));
+    let mut i = 0u64;
+    while messages.len() + 2 <= n {
+        let id = format!("c{i}");
+        messages.push(Message::assistant("", vec![ToolCall::new(id.clone(), "echo", json!({"text": "hello"}))]));
+        let len = 40 + (i.wrapping_mul(2_654_435_761) % 361) as usize;
+        messages.push(Message::tool_result(id, "x".repeat(len), false));
+        i += 1;
+    }
+    if messages.len() < n {
+        messages.push(Message::assistant("done", Vec::new()));
+    }
+    match Transcript::from_messages(messages, &CharCounter) {
+        Ok(t) => t,
+        Err(e) => fail(&format!("W4 transcript: {e}")),
+    }
+}
+
+/// Median µs of one `select`, measured over batches of calls.
+fn time_per_call<R>(mut f: impl FnMut() -> R) -> f64 {
+    // Calibrate a batch to ~2 ms.
+    let mut batch = 1usize;
+    loop {
+        let t0 = Instant::now();
+        for _ in 0..batch {
+            black_box(f());
+        }
+        if t0.elapsed() >= Duration::from_millis(2) || batch >= 1 << 24 {
+            break;
+        }
+        batch *= 2;
+    }
+    let samples = (0..reps(25))
+        .map(|_| {
+            let t0 = Instant::now();
+            for _ in 0..batch {
+                black_box(f());
+            }
+            t0.elapsed().as_secs_f64() * 1e6 / batch as f64
+        })
+        .collect();
+    median(samples)
+}
+
+fn w4() {
+    for (label, n) in [("1k", 1_000usize), ("10k", 10_000), ("100k", 100_000)] {
+        let t = transcript(n);
+        for (budget_label, budget) in [("32k", Some(32_000u64)), ("all", None)] {
+            let kept = match t.select(budget, "characters") {
+                Ok(c) => c.len(),
+                Err(e) => fail(&format!("W4 select: {e}")),
+            };
+            if budget.is_none() && kept != n {
+                fail(&format!("W4-{label}-all kept {kept} of {n} messages"));
+            }
+            let us = time_per_call(|| t.select(black_box(budget), "characters"));
+            emit(&format!("W4-{label}-{budget_label}"), us, "us");
+        }
+    }
+}
+
+fn nested_schema_and_value() -> (Value, Value) {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "rows": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "count": {"type": "integer"},
+                        "ok": {"type": "boolean"}
+                    },
+                    "required": ["name", "count", "ok"],
+                    "additionalProperties": false
+                }
+            }
+        },
+        "required": ["rows"],
+        "additionalProperties": false
+    });
+    let rows: Vec<Value> =
+        (0..20).map(|i| json!({"name": format!("row {i}"), "count": i * 7, "ok": i % 2 == 0})).collect();
+    (schema, json!({"rows": rows}))
+}
+
+fn w5() {
+    let registry = registry();
+    let flat = json!({"text": "hello"});
+    if registry.check("echo", &flat).is_err() || registry.check("echo", &json!({"text": 1})).is_ok() {
+        fail("W5: the echo schema does not behave");
+    }
+    let ns = time_per_call(|| registry.check("echo", black_box(&flat)).is_ok()) * 1e3;
+    emit("W5-flat", ns, "ns");
+
+    let (schema, value) = nested_schema_and_value();
+    let tool = reins::FnTool::new("rows", "Takes rows.", schema, |_a, _c| async { Ok(ToolOutput::from("ok")) });
+    let registry = match Registry::builder().tool(tool).build() {
+        Ok(r) => r,
+        Err(e) => fail(&format!("W5 nested schema: {e}")),
+    };
+    let mut bad = value.clone();
+    bad["rows"][19]["count"] = json!("seven");
+    if registry.check("rows", &value).is_err() || registry.check("rows", &bad).is_ok() {
+        fail("W5: the nested schema does not behave");
+    }
+    let ns = time_per_call(|| registry.check("rows", black_box(&value)).is_ok()) * 1e3;
+    emit("W5-nested", ns, "ns");
+}
+
+fn main() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        w3_rss_child();
+        return;
+    }
+    // `cargo bench` passes `--bench`; a filter argument is not supported, everything runs.
+    let registry = registry();
+    let current = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => fail(&format!("runtime: {e}")),
+    };
+    let record = std::env::var_os("REINS_BENCH_RECORD").is_some();
+
+    emit("W1", w1(&current, &registry, 1000, Variant::Plain, record), "us_per_step");
+    emit("W1-context", w1(&current, &registry, 1000, Variant::Context, record), "us_per_step");
+    emit("W1-observer", w1(&current, &registry, 1000, Variant::Observer, record), "us_per_step");
+    for steps in [250, 1000, 4000] {
+        emit(&format!("W1-context-{steps}"), w1(&current, &registry, steps, Variant::Context, record), "us_per_step");
+    }
+
+    let rt = multi_thread();
+    let _warm = w3_once(&rt, &registry);
+    let wall = median((0..reps(7)).map(|_| w3_once(&rt, &registry)).collect());
+    emit("W3-wall", wall, "ms");
+    drop(rt);
+    match w3_rss() {
+        Some(kb) => emit("W3-rss-per-run", kb, "kb"),
+        None => fail("W3: the memory probe gave no figure"),
+    }
+
+    w4();
+    w5();
+}

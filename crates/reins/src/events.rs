@@ -23,6 +23,9 @@ pub enum EventKind {
         /// The prompt (only with content opted in).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         prompt: Option<String>,
+        /// The session the run is recorded in, when it is.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session_id: Option<String>,
     },
     /// A model call begins.
     ModelStart {
@@ -100,6 +103,9 @@ pub enum EventKind {
         /// What went wrong, if anything.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        /// The session the run is recorded in, when it is.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session_id: Option<String>,
     },
 }
 

@@ -26,6 +26,7 @@
 pub mod context;
 pub mod engine;
 pub mod events;
+pub mod journal;
 pub mod limits;
 pub mod message;
 pub mod model;
@@ -44,9 +45,10 @@ pub use context::{CharCounter, ContextConfig, ContextError, TokenCounter, bound_
 pub use engine::driver::{Agent, AgentBuilder};
 pub use engine::state::{Action, Admission, CallResult, Plan, PlannedCall, RunState};
 pub use events::{EVENT_VERSION, Event, EventKind, Observer, ObserverError};
+pub use journal::{Journal, JournalError, RunJournal};
 pub use limits::{ConfigError, Limits};
 pub use message::{Message, ToolCall, ToolResult};
-pub use model::{Conversation, FinishReason, Model, ModelError, ModelRequest, ModelResponse};
+pub use model::{Conversation, Delta, DeltaSink, FinishReason, Model, ModelError, ModelRequest, ModelResponse};
 pub use outcome::{Outcome, Status};
 pub use policy::{Decision, Policy};
 pub use registry::{CallError, Registry, RegistryBuilder, RegistryError, is_valid_tool_name};

@@ -153,6 +153,133 @@ pub enum ModelError {
         /// The 1-based number of the call that found no response.
         call: usize,
     },
+    /// The provider refused the request as invalid (HTTP 400, 404, 422, ...): retrying cannot help.
+    #[error("model request rejected (HTTP {status}): {message}")]
+    Rejected {
+        /// The HTTP status.
+        status: u16,
+        /// The provider's explanation.
+        message: String,
+    },
+    /// The provider refused the credentials (HTTP 401 or 403).
+    #[error("model request not authorized (HTTP {status}): {message} (check the API key)")]
+    Unauthorized {
+        /// The HTTP status.
+        status: u16,
+        /// The provider's explanation.
+        message: String,
+    },
+    /// The conversation does not fit the model's context window.
+    #[error("the conversation exceeds the model's context window: {0}")]
+    ContextOverflow(String),
+    /// The account's quota or credit is used up: no retry can succeed until it is topped up.
+    #[error("the provider account's quota is exhausted: {0}")]
+    QuotaExhausted(String),
+}
+
+/// A piece of a model's response, delivered while the response streams in (see [`DeltaSink`]).
+///
+/// Serialized as `{"type": "text", "text"}`, `{"type": "reasoning", "text"}`,
+/// `{"type": "tool_call", "index", "id", "name"}`, `{"type": "tool_arguments", "index", "fragment"}` or
+/// `{"type": "restart", "attempt", "reason"}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Delta {
+    /// More text of the answer.
+    Text {
+        /// The new text.
+        text: String,
+    },
+    /// More reasoning or thinking text.
+    Reasoning {
+        /// The new text.
+        text: String,
+    },
+    /// A tool call begins.
+    ToolCall {
+        /// The 0-based position of the call in the response.
+        index: usize,
+        /// The call's id.
+        id: String,
+        /// The tool's name.
+        name: String,
+    },
+    /// More of a tool call's arguments (a fragment of JSON text).
+    ToolArguments {
+        /// The 0-based position of the call in the response.
+        index: usize,
+        /// The new fragment.
+        fragment: String,
+    },
+    /// The response is requested again (a retry): every delta delivered before for this call is void.
+    Restart {
+        /// The 1-based number of the attempt that starts now.
+        attempt: u32,
+        /// Why the previous attempt failed.
+        reason: String,
+    },
+}
+
+tokio::task_local! {
+    static DELTA_SINK: DeltaSink;
+}
+
+/// Hears the [`Delta`]s of streamed model responses as they arrive.
+///
+/// A streaming model adapter sends each delta to the sink of the task it runs in: wrap a run in
+/// [`DeltaSink::scope`] to hear the deltas of its model calls (each run its own sink, concurrent runs do
+/// not mix). A sink that panics is ignored: it cannot change a run.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// use std::sync::{Arc, Mutex};
+/// let heard = Arc::new(Mutex::new(String::new()));
+/// let h = heard.clone();
+/// let sink = reins::DeltaSink::new(move |d| {
+///     if let reins::Delta::Text { text } = d { h.lock().unwrap().push_str(text) }
+/// });
+/// sink.scope(async {
+///     reins::DeltaSink::emit(&reins::Delta::Text { text: "hi".into() });
+/// }).await;
+/// assert_eq!(*heard.lock().unwrap(), "hi");
+/// # });
+/// ```
+#[derive(Clone)]
+pub struct DeltaSink(Arc<dyn Fn(&Delta) + Send + Sync>);
+
+impl std::fmt::Debug for DeltaSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DeltaSink")
+    }
+}
+
+impl DeltaSink {
+    /// A sink calling `f` for each delta.
+    pub fn new(f: impl Fn(&Delta) + Send + Sync + 'static) -> Self {
+        Self(Arc::new(f))
+    }
+
+    /// Delivers one delta to this sink, containing a panic.
+    pub fn send(&self, delta: &Delta) {
+        let f = &self.0;
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(delta)));
+    }
+
+    /// Runs `fut` with this sink as the one its model calls stream to.
+    pub async fn scope<F: std::future::Future>(self, fut: F) -> F::Output {
+        DELTA_SINK.scope(self, fut).await
+    }
+
+    /// The sink of the current task, if one was set with [`DeltaSink::scope`].
+    pub fn current() -> Option<DeltaSink> {
+        DELTA_SINK.try_with(|s| s.clone()).ok()
+    }
+
+    /// Delivers one delta to the current task's sink, if any.
+    pub fn emit(delta: &Delta) {
+        let _ = DELTA_SINK.try_with(|s| s.send(delta));
+    }
 }
 
 /// A language model, seen from the harness: it proposes, it never acts.

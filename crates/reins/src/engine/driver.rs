@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::state::{Action, Admission, CallResult, Plan, PlannedCall, RunState};
 use crate::context::ContextConfig;
 use crate::events::{Emitter, EventKind, Observer, ObserverErrorHook, ms, panic_message};
+use crate::journal::{Journal, JournalObserver, RunJournal};
 use crate::limits::{ConfigError, Limits};
 use crate::message::Message;
 use crate::model::Model;
@@ -43,6 +44,7 @@ pub struct Agent {
     observers: Vec<Arc<dyn Observer>>,
     on_observer_error: Option<ObserverErrorHook>,
     include_content: bool,
+    journal: Option<Arc<dyn Journal>>,
 }
 
 /// Builds an [`Agent`].
@@ -94,6 +96,16 @@ impl AgentBuilder {
         self.agent.include_content = on;
         self
     }
+    /// Records every run durably through `journal` (see [`crate::journal`]).
+    pub fn journal(mut self, journal: impl Journal + 'static) -> Self {
+        self.agent.journal = Some(Arc::new(journal));
+        self
+    }
+    /// Records every run durably through a shared journal.
+    pub fn shared_journal(mut self, journal: Arc<dyn Journal>) -> Self {
+        self.agent.journal = Some(journal);
+        self
+    }
     /// Checks the configuration.
     pub fn build(self) -> Result<Agent, ConfigError> {
         self.agent.limits.validate()?;
@@ -139,6 +151,33 @@ impl Interrupt {
     }
 }
 
+/// Hands the transcript items appended since the last call to the journal.
+fn journal_sync(journal: &dyn RunJournal, state: &RunState, journaled: &mut usize) {
+    let transcript = state.transcript();
+    if *journaled >= transcript.len() {
+        return;
+    }
+    let conversation = transcript.conversation();
+    for index in *journaled..transcript.len() {
+        if let Some(m) = conversation.get(index) {
+            journal.message(index, m);
+        }
+    }
+    *journaled = transcript.len();
+}
+
+/// A run whose log failed at its end: it is reported `aborted` with the log's error (its answer kept).
+fn fail_outcome(outcome: &mut Outcome, e: crate::journal::JournalError) {
+    if outcome.status == Status::Aborted && outcome.error.as_deref().is_some_and(|m| m.starts_with("session log:")) {
+        return;
+    }
+    outcome.error = Some(match outcome.error.take() {
+        Some(prev) => format!("{e} (the run had ended {}: {prev})", outcome.status),
+        None => format!("{e} (the run had ended {})", outcome.status),
+    });
+    outcome.status = Status::Aborted;
+}
+
 impl Agent {
     /// A builder around `model`, with no tools and default limits.
     pub fn builder(model: impl Model + 'static) -> AgentBuilder {
@@ -157,6 +196,7 @@ impl Agent {
                 observers: Vec::new(),
                 on_observer_error: None,
                 include_content: false,
+                journal: None,
             },
         }
     }
@@ -195,6 +235,7 @@ impl Agent {
             tool_calls: 0,
             usage: Default::default(),
             run_id: String::new(),
+            session_id: None,
             messages: vec![Message::user(prompt)],
         }
     }
@@ -211,19 +252,35 @@ impl Agent {
                 None => std::future::pending().await,
             }
         });
-        let mut emitter = Emitter::new(
-            Arc::from(state.run_id()),
-            self.observers.clone(),
-            self.on_observer_error.clone(),
-            self.include_content,
-        );
+        let mut journal_error = None;
+        let journal: Option<Arc<dyn RunJournal>> = match &self.journal {
+            None => None,
+            Some(j) => match j.start(&state, self.registry.specs()).await {
+                Ok(rj) => Some(rj),
+                Err(e) => {
+                    journal_error = Some(e);
+                    None
+                }
+            },
+        };
+        let session_id = journal.as_ref().map(|j| j.session_id().to_owned());
+        let mut journaled = journal.as_ref().map_or(0, |j| j.recorded());
+        let mut observers = self.observers.clone();
+        if let Some(j) = &journal {
+            observers.push(Arc::new(JournalObserver(j.clone())));
+        }
+        let mut emitter =
+            Emitter::new(Arc::from(state.run_id()), observers, self.on_observer_error.clone(), self.include_content);
+        if let Some(e) = journal_error {
+            state.interrupt(Status::Aborted, e.to_string(), &self.context);
+        }
         if emitter.active() {
             let tools = self.registry.specs().iter().map(|s| s.name.clone()).collect();
             let prompt = self
                 .include_content
                 .then(|| state.transcript().to_vec().first().map(|m| m.content().to_owned()))
                 .flatten();
-            emitter.emit(EventKind::RunStart { tools, prompt });
+            emitter.emit(EventKind::RunStart { tools, prompt, session_id: session_id.clone() });
         }
         let interrupted = |deadline_passed: bool| {
             if cancel.is_cancelled() {
@@ -235,12 +292,22 @@ impl Agent {
             }
         };
         loop {
+            if let Some(j) = &journal {
+                journal_sync(j.as_ref(), &state, &mut journaled);
+            }
             match state.next_action(&self.registry, &self.context) {
                 Action::Finished => break,
                 Action::CallModel(request) => {
                     if let Some(i) = interrupted(false) {
                         self.stop(&mut state, &mut emitter, &run_cancel, i);
                         continue;
+                    }
+                    if let Some(j) = &journal {
+                        if let Err(e) = j.flush().await {
+                            run_cancel.cancel();
+                            state.interrupt(Status::Aborted, e.to_string(), &self.context);
+                            continue;
+                        }
                     }
                     let step = state.steps() + 1;
                     emitter.emit(EventKind::ModelStart { step, messages: request.messages.len() });
@@ -270,6 +337,9 @@ impl Agent {
                         ))),
                         Ok(Ok(r)) => r,
                     };
+                    if let Some(j) = &journal {
+                        j.response(step, response.as_ref());
+                    }
                     let summary = response
                         .as_ref()
                         .ok()
@@ -354,7 +424,14 @@ impl Agent {
                 }
             }
         }
-        let outcome = state.outcome();
+        let mut outcome = state.outcome();
+        if let Some(j) = &journal {
+            journal_sync(j.as_ref(), &state, &mut journaled);
+            if let Err(e) = j.flush().await {
+                fail_outcome(&mut outcome, e);
+            }
+        }
+        outcome.session_id = session_id.clone();
         emitter.emit(EventKind::RunEnd {
             status: outcome.status,
             steps: outcome.steps,
@@ -362,7 +439,13 @@ impl Agent {
             usage: outcome.usage,
             duration_ms: ms(started.elapsed()),
             error: outcome.error.clone(),
+            session_id,
         });
+        if let Some(j) = &journal {
+            if let Err(e) = j.finish(&outcome).await {
+                fail_outcome(&mut outcome, e);
+            }
+        }
         run_cancel.cancel();
         outcome
     }

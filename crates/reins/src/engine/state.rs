@@ -427,6 +427,7 @@ impl RunState {
             tool_calls: self.tool_calls,
             usage: self.usage,
             run_id: self.run_id.clone(),
+            session_id: None,
             messages: self.transcript.to_vec(),
         }
     }

@@ -97,6 +97,12 @@ pub trait Tool: Send + Sync {
     async fn call(&self, arguments: serde_json::Value, ctx: ToolContext) -> Result<ToolOutput, ToolError>;
 }
 
+impl std::fmt::Debug for dyn Tool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tool").field("name", &self.spec().name).finish()
+    }
+}
+
 /// A tool with typed arguments: its JSON Schema is derived from `Self::Args`, and its arguments arrive
 /// deserialized. Register it with [`typed`].
 ///

@@ -1,0 +1,197 @@
+//! Context: result bounding, selection of whole groups under a budget, and context_limit.
+
+mod common;
+
+use common::*;
+use proptest::prelude::*;
+use reins::{
+    Agent, CharCounter, ContextConfig, FnTool, Limits, Message, Registry, ScriptedModel, Status, ToolOutput,
+    Transcript, bound_text,
+};
+use serde_json::json;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+fn marker_count(s: &str) -> Option<usize> {
+    let start = s.find("[… ")? + "[… ".len();
+    let end = s[start..].find(" characters omitted")? + start;
+    s[start..end].parse().ok()
+}
+
+proptest! {
+    #[test]
+    fn bounding_never_exceeds_the_limit_and_says_exactly_what_was_omitted(
+        text in "(\\PC|[é漢😀\n]){0,400}",
+        limit in 1usize..300,
+    ) {
+        let out = bound_text(&text, limit);
+        let total = text.chars().count();
+        let n = out.chars().count();
+        prop_assert!(n <= limit, "{n} > {limit}");
+        if total <= limit {
+            prop_assert_eq!(&out, &text);
+        } else if let Some(omitted) = marker_count(&out) {
+            // head + marker + tail: what is kept plus what is omitted is the whole text.
+            let marker = format!("\n[… {omitted} characters omitted …]\n");
+            let kept = n - marker.chars().count();
+            prop_assert_eq!(kept + omitted, total);
+            let (head, tail) = out.split_once(&marker).unwrap();
+            prop_assert!(text.starts_with(head));
+            prop_assert!(text.ends_with(tail));
+        } else {
+            prop_assert!(text.starts_with(&out), "below the marker's length only the head is kept");
+        }
+    }
+}
+
+#[test]
+fn bounding_cuts_on_character_boundaries() {
+    let s = "é".repeat(500);
+    let b = bound_text(&s, 100);
+    assert!(b.chars().count() <= 100);
+    assert_eq!(marker_count(&b), Some(500 - (100 - "\n[… 500 characters omitted …]\n".chars().count())));
+}
+
+fn transcript(groups: usize) -> Transcript {
+    let c = CharCounter;
+    let mut t = Transcript::new("first", &c);
+    for i in 0..groups {
+        t.push_assistant(String::new(), vec![echo_call(&format!("c{i}"), "x")], &c).unwrap();
+        t.push_result(
+            reins::ToolResult { call_id: format!("c{i}"), content: "0123456789".into(), is_error: false },
+            &c,
+        )
+        .unwrap();
+    }
+    t
+}
+
+#[test]
+fn selection_keeps_the_first_message_and_the_newest_whole_groups() {
+    let t = transcript(10);
+    // Each group: assistant (echo + {"text":"x"} = 4 + 12) 16 chars + result 10 chars = 26; first = 5.
+    let all = t.select(None, "characters").unwrap();
+    assert_eq!(all.len(), 21);
+    let sel = t.select(Some(5 + 26 * 3 + 10), "characters").unwrap();
+    assert_eq!(sel.len(), 1 + 2 * 3);
+    assert_eq!(sel.get(0), Some(&Message::user("first")));
+    assert!(matches!(sel.get(1), Some(Message::Assistant { tool_calls, .. }) if tool_calls[0].id == "c7"));
+    let err = t.select(Some(5 + 20), "characters").unwrap_err();
+    assert!(err.0.contains("newest group") && err.0.contains("26 characters"), "{}", err.0);
+    let err = t.select(Some(4), "characters").unwrap_err();
+    assert!(err.0.contains("first user message (5 characters)"), "{}", err.0);
+}
+
+#[test]
+fn incoherent_transcripts_are_refused() {
+    let c = CharCounter;
+    let orphan = vec![Message::user("a"), Message::tool_result("x", "r", false)];
+    assert!(Transcript::from_messages(orphan, &c).unwrap_err().reason.contains("orphan"));
+    let dup = vec![Message::user("a"), Message::assistant("", vec![echo_call("1", "a"), echo_call("1", "b")])];
+    assert!(Transcript::from_messages(dup, &c).unwrap_err().reason.contains("twice"));
+    let incomplete = vec![
+        Message::user("a"),
+        Message::assistant("", vec![echo_call("1", "a"), echo_call("2", "b")]),
+        Message::tool_result("1", "r", false),
+        Message::user("next"),
+    ];
+    assert!(Transcript::from_messages(incomplete, &c).unwrap_err().reason.contains("no result"));
+    let pending = vec![Message::user("a"), Message::assistant("", vec![echo_call("1", "a")])];
+    let t = Transcript::from_messages(pending, &c).unwrap();
+    assert!(t.select(None, "characters").unwrap_err().0.contains("incomplete"));
+    let not_user = vec![Message::assistant("hi", vec![])];
+    assert!(Transcript::from_messages(not_user, &c).is_err());
+    assert!(Transcript::from_messages(vec![], &c).is_err());
+}
+
+#[tokio::test]
+async fn the_model_is_sent_only_what_fits() {
+    let runs = Runs::default();
+    let mut steps = Vec::new();
+    for i in 0..20 {
+        steps.push(calls(vec![echo_call(&format!("c{i}"), "0123456789")]));
+    }
+    steps.push(answer("ok"));
+    let model = scripted(steps);
+    let ctx = ContextConfig { max_context: Some(200), ..ContextConfig::default() };
+    let agent = agent_with(model.clone(), &runs, Limits::default()).context(ctx).build().unwrap();
+    let o = run(&agent).await;
+    is_status(&o, Status::Completed);
+    assert_eq!(o.messages.len(), 1 + 40 + 1, "the outcome keeps the whole transcript");
+    for req in model.requests() {
+        let size: u64 = req.messages.iter().map(|m| reins::transcript::measure(m, &CharCounter)).sum();
+        assert!(size <= 200, "{size}");
+        assert_eq!(req.messages.get(0), Some(&Message::user("do the task")));
+        // Whole groups: every assistant call in the request has its result in it.
+        let t = Transcript::from_messages(req.messages.to_vec(), &CharCounter).unwrap();
+        assert!(t.is_complete());
+    }
+    assert!(model.requests().last().unwrap().messages.len() < 41);
+}
+
+#[tokio::test]
+async fn a_budget_too_small_for_the_newest_group_ends_the_run_before_its_tools_run() {
+    let runs = Runs::default();
+    let model = scripted(vec![calls(vec![echo_call("1", &"x".repeat(300))])]);
+    let ctx = ContextConfig { max_context: Some(200), ..ContextConfig::default() };
+    let agent = agent_with(model, &runs, Limits::default()).context(ctx).build().unwrap();
+    let o = run(&agent).await;
+    is_status(&o, Status::ContextLimit);
+    assert_eq!(runs.get(), 0);
+    assert!(o.error.unwrap().contains("newest turn"));
+    assert_eq!(o.messages.len(), 1);
+}
+
+#[tokio::test]
+async fn results_of_a_batch_are_bounded_together_so_the_newest_group_fits() {
+    let big = FnTool::new("big", "Returns a lot.", json!({"type": "object"}), |_a, _c| async move {
+        Ok(ToolOutput::Text("y".repeat(5_000)))
+    });
+    let small = FnTool::new("small", "Returns a little.", json!({"type": "object"}), |_a, _c| async move {
+        Ok(ToolOutput::Text("tiny".into()))
+    });
+    let model = Arc::new(ScriptedModel::new(vec![
+        calls(vec![call("1", "big", json!({})), call("2", "small", json!({})), call("3", "big", json!({}))]),
+        answer("ok"),
+    ]));
+    let budget = 1_000;
+    let ctx = ContextConfig { max_context: Some(budget), ..ContextConfig::default() };
+    let agent = Agent::builder_shared(model.clone())
+        .registry(Registry::builder().tool(big).tool(small).build().unwrap())
+        .context(ctx)
+        .build()
+        .unwrap();
+    let o = agent.run("go", CancellationToken::new()).await;
+    is_status(&o, Status::Completed);
+    let sent = &model.requests()[1];
+    let size: u64 = sent.messages.iter().map(|m| reins::transcript::measure(m, &CharCounter)).sum();
+    assert!(size <= budget, "{size}");
+    assert_eq!(sent.messages.len(), 5);
+    assert_eq!(o.messages[3], Message::tool_result("2", "tiny", false), "small results are kept whole");
+    let Message::ToolResult(r) = &o.messages[2] else { panic!() };
+    assert!(r.content.contains("characters omitted"));
+}
+
+#[tokio::test]
+async fn each_result_is_bounded_to_max_tool_result_chars() {
+    let runs = Runs::default();
+    let model = scripted(vec![calls(vec![echo_call("1", &"z".repeat(10_000))]), answer("ok")]);
+    let ctx = ContextConfig { max_tool_result_chars: Some(500), ..ContextConfig::default() };
+    let agent = agent_with(model, &runs, Limits::default()).context(ctx).build().unwrap();
+    let o = run(&agent).await;
+    let Message::ToolResult(r) = &o.messages[2] else { panic!() };
+    assert!(r.content.chars().count() <= 500);
+    assert!(r.content.contains("characters omitted"));
+}
+
+#[cfg(feature = "tiktoken")]
+#[test]
+fn the_tiktoken_counter_counts_tokens() {
+    use reins::TokenCounter;
+    let c = reins::TiktokenCounter::o200k_base().unwrap();
+    assert_eq!(c.unit(), "tokens");
+    let n = c.count("hello world, hello world");
+    assert!(n > 0 && n < 24);
+    let (b, size) = reins::bound_to_units(&"word ".repeat(2000), 100, &c);
+    assert!(size <= 100 && c.count(&b) == size);
+}

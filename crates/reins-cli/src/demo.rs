@@ -57,7 +57,12 @@ pub async fn demo() -> Result<u8, CliError> {
     crate::run::cancel_on_ctrl_c(cancel.clone());
     let outcome = agent.run("Announce the release to the team and tell me the build status.", cancel).await;
     println!();
-    render::summary(&outcome);
+    if let Some(answer) = &outcome.answer {
+        println!("answer: {answer}");
+    }
+    for line in render::status_lines(&outcome) {
+        println!("{line}");
+    }
     println!("\nThe invalid call (call_2) never reached the tool: the registry refused it with the JSON pointer of");
     println!("each offending value, the model recovered, and every call in the transcript has exactly one result.");
     Ok(code_for(outcome.status))

@@ -1,6 +1,6 @@
 //! Readable output: progress lines on stderr, the answer on stdout.
 
-use reins::{Event, EventKind, Message, ObserverError, Outcome, Status};
+use reins::{Event, EventKind, ObserverError, Outcome, Status};
 
 const PREVIEW: usize = 160;
 
@@ -61,6 +61,13 @@ pub fn summary(outcome: &Outcome) {
     if let Some(answer) = &outcome.answer {
         println!("{answer}");
     }
+    for line in status_lines(outcome) {
+        eprintln!("{line}");
+    }
+}
+
+/// The status line of a run, and its error if it did not complete.
+pub fn status_lines(outcome: &Outcome) -> Vec<String> {
     let u = &outcome.usage;
     let usage = if u.calls_with_usage == 0 {
         "usage unknown".to_owned()
@@ -73,10 +80,14 @@ pub fn summary(outcome: &Outcome) {
             u.calls_with_usage + u.calls_without_usage
         )
     };
-    eprintln!("■ {} · {} step(s) · {} tool call(s) · {usage}", outcome.status, outcome.steps, outcome.tool_calls);
+    let mut lines = vec![format!(
+        "■ {} · {} step(s) · {} tool call(s) · {usage}",
+        outcome.status, outcome.steps, outcome.tool_calls
+    )];
     if outcome.status != Status::Completed {
         if let Some(e) = &outcome.error {
-            eprintln!("  {e}");
+            lines.push(format!("  {e}"));
         }
     }
+    lines
 }

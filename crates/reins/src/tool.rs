@@ -107,7 +107,7 @@ impl std::fmt::Debug for dyn Tool {
 /// deserialized. Register it with [`typed`].
 ///
 /// ```
-/// use reins::{TypedTool, ToolContext, ToolError, ToolOutput};
+/// use reins::{Tool, TypedTool, ToolContext, ToolError, ToolOutput};
 /// #[derive(serde::Deserialize, schemars::JsonSchema)]
 /// struct Args { text: String }
 /// struct Echo;

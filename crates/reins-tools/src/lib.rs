@@ -1,0 +1,17 @@
+//! # reins-tools — tools that cannot be talked out of their box
+//!
+//! Workspace-confined file tools ([`files`]), named command presets run in their own process group with
+//! bounded output, a scrubbed environment and resource limits ([`command`]), and an OS sandbox for those
+//! commands ([`sandbox`]). Every path a model gives is resolved beneath one directory handle by the kernel
+//! ([`workspace`]); errors name only workspace-relative paths.
+
+pub mod files;
+pub mod search;
+pub mod workspace;
+
+pub use files::{EditFile, ListDir, ReadFile, Search, WriteFile, file_tools};
+pub use search::{SearchError, SearchMatch, SearchQuery, SearchReport, search};
+pub use workspace::{
+    DEFAULT_MAX_READ_BYTES, DEFAULT_PROTECTED, DirEntry, EntryKind, Listing, RelPath, Resolver, Workspace,
+    WorkspaceConfig, WorkspaceError, WriteReport, display_name,
+};

@@ -73,6 +73,19 @@ fn emit(id: &str, value: f64, unit: &str) {
     println!("{}", json!({"id": id, "value": (value * 1000.0).round() / 1000.0, "unit": unit}));
 }
 
+/// True when `id` is selected: no filter arguments, or one that `id` starts with
+/// (`cargo bench -p reins --bench harness -- W4 W5`).
+fn wants(id: &str) -> bool {
+    let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    filters.is_empty() || filters.iter().any(|f| id.starts_with(f.as_str()))
+}
+
+/// True when some figure of the group `prefix` is selected.
+fn wants_group(prefix: &str) -> bool {
+    let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    filters.is_empty() || filters.iter().any(|f| prefix.starts_with(f.as_str()) || f.starts_with(prefix))
+}
+
 fn quick() -> bool {
     std::env::var_os("REINS_BENCH_QUICK").is_some()
 }
@@ -307,8 +320,14 @@ fn time_per_call<R>(mut f: impl FnMut() -> R) -> f64 {
 
 fn w4() {
     for (label, n) in [("1k", 1_000usize), ("10k", 10_000), ("100k", 100_000)] {
+        if !wants_group(&format!("W4-{label}-")) {
+            continue;
+        }
         let t = transcript(n);
         for (budget_label, budget) in [("32k", Some(32_000u64)), ("all", None)] {
+            if !wants(&format!("W4-{label}-{budget_label}")) {
+                continue;
+            }
             let kept = match t.select(budget, "characters") {
                 Ok(c) => c.len(),
                 Err(e) => fail(&format!("W4 select: {e}")),
@@ -349,13 +368,18 @@ fn nested_schema_and_value() -> (Value, Value) {
 }
 
 fn w5() {
+    if !wants_group("W5") {
+        return;
+    }
     let registry = registry();
     let flat = json!({"text": "hello"});
     if registry.check("echo", &flat).is_err() || registry.check("echo", &json!({"text": 1})).is_ok() {
         fail("W5: the echo schema does not behave");
     }
-    let ns = time_per_call(|| registry.check("echo", black_box(&flat)).is_ok()) * 1e3;
-    emit("W5-flat", ns, "ns");
+    if wants("W5-flat") {
+        let ns = time_per_call(|| registry.check("echo", black_box(&flat)).is_ok()) * 1e3;
+        emit("W5-flat", ns, "ns");
+    }
 
     let (schema, value) = nested_schema_and_value();
     let tool = reins::FnTool::new("rows", "Takes rows.", schema, |_a, _c| async { Ok(ToolOutput::from("ok")) });
@@ -368,8 +392,10 @@ fn w5() {
     if registry.check("rows", &value).is_err() || registry.check("rows", &bad).is_ok() {
         fail("W5: the nested schema does not behave");
     }
-    let ns = time_per_call(|| registry.check("rows", black_box(&value)).is_ok()) * 1e3;
-    emit("W5-nested", ns, "ns");
+    if wants("W5-nested") {
+        let ns = time_per_call(|| registry.check("rows", black_box(&value)).is_ok()) * 1e3;
+        emit("W5-nested", ns, "ns");
+    }
 }
 
 fn main() {
@@ -377,7 +403,6 @@ fn main() {
         w3_rss_child();
         return;
     }
-    // `cargo bench` passes `--bench`; a filter argument is not supported, everything runs.
     let registry = registry();
     let current = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -385,21 +410,30 @@ fn main() {
     };
     let record = std::env::var_os("REINS_BENCH_RECORD").is_some();
 
-    emit("W1", w1(&current, &registry, 1000, Variant::Plain, record), "us_per_step");
-    emit("W1-context", w1(&current, &registry, 1000, Variant::Context, record), "us_per_step");
-    emit("W1-observer", w1(&current, &registry, 1000, Variant::Observer, record), "us_per_step");
-    for steps in [250, 1000, 4000] {
-        emit(&format!("W1-context-{steps}"), w1(&current, &registry, steps, Variant::Context, record), "us_per_step");
+    for (id, steps, variant) in [
+        ("W1", 1000, Variant::Plain),
+        ("W1-context", 1000, Variant::Context),
+        ("W1-observer", 1000, Variant::Observer),
+        ("W1-context-250", 250, Variant::Context),
+        ("W1-context-1000", 1000, Variant::Context),
+        ("W1-context-4000", 4000, Variant::Context),
+    ] {
+        if wants(id) {
+            emit(id, w1(&current, &registry, steps, variant, record), "us_per_step");
+        }
     }
 
-    let rt = multi_thread();
-    let _warm = w3_once(&rt, &registry);
-    let wall = median((0..reps(7)).map(|_| w3_once(&rt, &registry)).collect());
-    emit("W3-wall", wall, "ms");
-    drop(rt);
-    match w3_rss() {
-        Some(kb) => emit("W3-rss-per-run", kb, "kb"),
-        None => fail("W3: the memory probe gave no figure"),
+    if wants("W3-wall") {
+        let rt = multi_thread();
+        let _warm = w3_once(&rt, &registry);
+        let wall = median((0..reps(7)).map(|_| w3_once(&rt, &registry)).collect());
+        emit("W3-wall", wall, "ms");
+    }
+    if wants("W3-rss-per-run") {
+        match w3_rss() {
+            Some(kb) => emit("W3-rss-per-run", kb, "kb"),
+            None => fail("W3: the memory probe gave no figure"),
+        }
     }
 
     w4();

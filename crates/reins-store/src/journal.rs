@@ -1,0 +1,455 @@
+//! The session journal: the [`reins::Journal`] the driver records through. Each run gets a writer
+//! thread with its own connection behind a bounded queue; the run only serializes and enqueues, and
+//! waits on disk only at [`RunJournal::flush`] (before each model call) and at the end.
+
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use reins::{
+    Event, Journal, JournalError, Message, ModelError, ModelResponse, Outcome, RunJournal, RunState, ToolSpec,
+};
+use rusqlite::{Connection, params};
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+use crate::error::StoreError;
+use crate::session::{ResponseData, RunStartData, kind};
+use crate::store::{Store, now};
+
+/// Prices per million tokens, to keep a session's cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Prices {
+    /// US dollars per million input tokens.
+    pub input_per_mtok: f64,
+    /// US dollars per million output tokens.
+    pub output_per_mtok: f64,
+}
+
+/// What a new session records about itself.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SessionMeta {
+    /// The model, as the caller names it (e.g. `openai:gpt-5-mini`).
+    pub model: Option<String>,
+    /// The workspace the tools act in.
+    pub workspace: Option<String>,
+    /// Prices, when known; the session's cost stays unknown otherwise.
+    pub prices: Option<Prices>,
+}
+
+#[derive(Clone, Debug)]
+enum Target {
+    /// Each run starts a new session.
+    New,
+    /// Runs append to this session, whose transcript holds `messages` items when the journal is made.
+    Existing { id: String, messages: Vec<Message> },
+}
+
+/// Records runs into a [`Store`]. Made with [`Store::journal`] (every run a new session) or
+/// [`Store::resume_journal`] (runs continue one session); hand it to
+/// [`reins::AgentBuilder::journal`].
+#[derive(Clone, Debug)]
+pub struct SessionJournal {
+    store: Store,
+    meta: SessionMeta,
+    target: Target,
+}
+
+impl Store {
+    /// A journal that records each run as a new session.
+    pub fn journal(&self, meta: SessionMeta) -> SessionJournal {
+        SessionJournal { store: self.clone(), meta, target: Target::New }
+    }
+
+    /// A journal that appends runs to the recorded session `session` (whose transcript the run state
+    /// must continue: see [`crate::Session::resume_state`]).
+    pub fn resume_journal(&self, session: &crate::Session, meta: SessionMeta) -> Result<SessionJournal, StoreError> {
+        let messages = session.messages()?;
+        Ok(SessionJournal {
+            store: self.clone(),
+            meta,
+            target: Target::Existing { id: session.id().to_owned(), messages },
+        })
+    }
+}
+
+/// How much one entry moves the session's counters.
+#[derive(Clone, Copy, Debug, Default)]
+struct Delta {
+    steps: i64,
+    tool_calls: i64,
+    input: i64,
+    output: i64,
+    no_usage: i64,
+    cost: f64,
+}
+
+struct Row {
+    kind: &'static str,
+    msg_index: Option<i64>,
+    ts: String,
+    data: String,
+    delta: Delta,
+    status: Option<String>,
+}
+
+enum Cmd {
+    Row(Row),
+    Flush(oneshot::Sender<Result<(), String>>),
+}
+
+/// The log of one run; see [`reins::RunJournal`].
+pub struct RunLog {
+    session_id: String,
+    recorded: usize,
+    tx: SyncSender<Cmd>,
+    failed: Mutex<Option<String>>,
+    prices: Option<Prices>,
+}
+
+fn i64_of(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn usage_delta(r: &ModelResponse, prices: Option<Prices>) -> Delta {
+    match &r.usage {
+        None => Delta { steps: 1, no_usage: 1, ..Delta::default() },
+        Some(u) => Delta {
+            steps: 1,
+            input: i64_of(u.input_tokens),
+            output: i64_of(u.output_tokens),
+            cost: prices.map_or(0.0, |p| {
+                (u.input_tokens as f64 * p.input_per_mtok + u.output_tokens as f64 * p.output_per_mtok) / 1e6
+            }),
+            ..Delta::default()
+        },
+    }
+}
+
+impl RunLog {
+    fn push(&self, row: Row) {
+        let cmd = Cmd::Row(row);
+        // Fast path: room in the queue. Otherwise wait for the writer (backpressure, never loss).
+        let result = match self.tx.try_send(cmd) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(cmd)) => self.tx.send(cmd).map_err(|_| ()),
+            Err(TrySendError::Disconnected(_)) => Err(()),
+        };
+        if result.is_err() {
+            self.fail("the writer thread stopped".into());
+        }
+    }
+
+    fn fail(&self, msg: String) {
+        if let Ok(mut f) = self.failed.lock() {
+            f.get_or_insert(msg);
+        }
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.failed.lock().ok().and_then(|f| f.clone())
+    }
+
+    async fn wait(&self) -> Result<(), JournalError> {
+        if let Some(e) = self.failure() {
+            return Err(JournalError(e));
+        }
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Cmd::Flush(tx)).is_err() {
+            self.fail("the writer thread stopped".into());
+            return Err(JournalError("the writer thread stopped".into()));
+        }
+        match rx.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => {
+                self.fail(e.clone());
+                Err(JournalError(e))
+            }
+            Err(_) => {
+                self.fail("the writer thread stopped".into());
+                Err(JournalError("the writer thread stopped".into()))
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl RunJournal for RunLog {
+    fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    fn recorded(&self) -> usize {
+        self.recorded
+    }
+
+    fn message(&self, index: usize, message: &Message) {
+        let data = match serde_json::to_string(message) {
+            Ok(d) => d,
+            Err(e) => return self.fail(format!("cannot serialize transcript item {index}: {e}")),
+        };
+        let delta = Delta { tool_calls: message.tool_calls().len() as i64, ..Delta::default() };
+        self.push(Row { kind: kind::MESSAGE, msg_index: Some(index as i64), ts: now(), data, delta, status: None });
+    }
+
+    fn response(&self, step: u64, response: Result<&ModelResponse, &ModelError>) {
+        let (data, delta) = match response {
+            Ok(r) => (ResponseData { step, response: Some(r.clone()), error: None }, usage_delta(r, self.prices)),
+            Err(e) => (ResponseData { step, response: None, error: Some(e.to_string()) }, Delta::default()),
+        };
+        match serde_json::to_string(&data) {
+            Ok(data) => self.push(Row { kind: kind::RESPONSE, msg_index: None, ts: now(), data, delta, status: None }),
+            Err(e) => self.fail(format!("cannot serialize the response of step {step}: {e}")),
+        }
+    }
+
+    fn event(&self, event: &Event) {
+        self.push(Row {
+            kind: kind::EVENT,
+            msg_index: None,
+            ts: now(),
+            data: event.to_json(),
+            delta: Delta::default(),
+            status: None,
+        });
+    }
+
+    async fn flush(&self) -> Result<(), JournalError> {
+        self.wait().await
+    }
+
+    async fn finish(&self, outcome: &Outcome) -> Result<(), JournalError> {
+        let mut v = match serde_json::to_value(outcome) {
+            Ok(v) => v,
+            Err(e) => return Err(JournalError(format!("cannot serialize the outcome: {e}"))),
+        };
+        if let Some(obj) = v.as_object_mut() {
+            obj.remove("messages");
+        }
+        self.push(Row {
+            kind: kind::RUN_END,
+            msg_index: None,
+            ts: now(),
+            data: v.to_string(),
+            delta: Delta::default(),
+            status: Some(outcome.status.as_str().to_owned()),
+        });
+        self.wait().await
+    }
+}
+
+struct Started {
+    session_id: String,
+    recorded: usize,
+    run: i64,
+    next_seq: i64,
+}
+
+#[async_trait]
+impl Journal for SessionJournal {
+    async fn start(&self, state: &RunState, tools: &[ToolSpec]) -> Result<Arc<dyn RunJournal>, JournalError> {
+        let initial = state.transcript().len();
+        let recorded = match &self.target {
+            Target::New => 0,
+            Target::Existing { id, messages } => {
+                let t = state.transcript().conversation();
+                if t.len() < messages.len() || messages.iter().enumerate().any(|(i, m)| t.get(i) != Some(m)) {
+                    return Err(JournalError(format!(
+                        "the run does not continue the recorded transcript of session {id}"
+                    )));
+                }
+                messages.len()
+            }
+        };
+        let start = RunStartData {
+            run_id: state.run_id().to_owned(),
+            limits: state.limits().clone(),
+            tools: tools.to_vec(),
+            initial_messages: initial as u64,
+            recorded_messages: recorded as u64,
+        };
+        let start =
+            serde_json::to_string(&start).map_err(|e| JournalError(format!("cannot serialize the run: {e}")))?;
+        let (tx, rx) = sync_channel::<Cmd>(self.store.options().queue.max(1));
+        let (ready_tx, ready_rx) = oneshot::channel::<Result<Started, String>>();
+        let store = self.store.clone();
+        let meta = self.meta.clone();
+        let target = self.target.clone();
+        std::thread::Builder::new()
+            .name("reins-store-writer".into())
+            .spawn(move || writer(store, meta, target, start, recorded, rx, ready_tx))
+            .map_err(|e| JournalError(format!("cannot start the writer thread: {e}")))?;
+        let started = match ready_rx.await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(JournalError(e)),
+            Err(_) => return Err(JournalError("the writer thread stopped while starting".into())),
+        };
+        let _ = (started.run, started.next_seq);
+        Ok(Arc::new(RunLog {
+            session_id: started.session_id,
+            recorded: started.recorded,
+            tx,
+            failed: Mutex::new(None),
+            prices: self.meta.prices,
+        }))
+    }
+}
+
+/// Opens the connection and registers the run, in one transaction.
+fn begin(
+    conn: &mut Connection,
+    meta: &SessionMeta,
+    target: &Target,
+    start: &str,
+    recorded: usize,
+) -> rusqlite::Result<Result<Started, String>> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let ts = now();
+    let started = match target {
+        Target::New => {
+            let id = uuid::Uuid::new_v4().to_string();
+            tx.execute(
+                "INSERT INTO sessions (id, created_at, updated_at, model, workspace, status, runs, cost_usd, next_seq)
+                 VALUES (?1, ?2, ?2, ?3, ?4, 'running', 1, ?5, 0)",
+                params![id, ts, meta.model, meta.workspace, meta.prices.map(|_| 0.0f64)],
+            )?;
+            Started { session_id: id, recorded: 0, run: 1, next_seq: 0 }
+        }
+        Target::Existing { id, .. } => {
+            let row: Option<(i64, i64, i64)> = tx
+                .query_row("SELECT messages, runs, next_seq FROM sessions WHERE id = ?1", [id], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+                .ok();
+            let Some((messages, runs, next_seq)) = row else {
+                return Ok(Err(format!("no session {id:?} in the store")));
+            };
+            if messages != recorded as i64 {
+                return Ok(Err(format!(
+                    "session {id} changed since it was loaded ({messages} transcript items recorded, {recorded} expected); is another run continuing it?"
+                )));
+            }
+            tx.execute(
+                "UPDATE sessions SET runs = ?2, status = 'running', updated_at = ?3 WHERE id = ?1",
+                params![id, runs + 1, ts],
+            )?;
+            Started { session_id: id.clone(), recorded, run: runs + 1, next_seq }
+        }
+    };
+    tx.execute(
+        "INSERT INTO entries (session_id, seq, run, kind, msg_index, ts, data) VALUES (?1, ?2, ?3, ?4, NULL, ?5, ?6)",
+        params![started.session_id, started.next_seq, started.run, kind::RUN_START, ts, start],
+    )?;
+    tx.execute("UPDATE sessions SET next_seq = ?2 WHERE id = ?1", params![started.session_id, started.next_seq + 1])?;
+    tx.commit()?;
+    Ok(Ok(Started { next_seq: started.next_seq + 1, ..started }))
+}
+
+fn writer(
+    store: Store,
+    meta: SessionMeta,
+    target: Target,
+    start: String,
+    recorded: usize,
+    rx: Receiver<Cmd>,
+    ready: oneshot::Sender<Result<Started, String>>,
+) {
+    let path = store.path().to_path_buf();
+    let mut conn = match store.connect(false) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = ready.send(Err(e.to_string()));
+            return;
+        }
+    };
+    let started = match begin(&mut conn, &meta, &target, &start, recorded) {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+        Err(e) => {
+            let _ = ready.send(Err(StoreError::sqlite(&path, e).to_string()));
+            return;
+        }
+    };
+    let session_id = started.session_id.clone();
+    let run = started.run;
+    let mut next_seq = started.next_seq;
+    if ready.send(Ok(started)).is_err() {
+        return;
+    }
+    let mut error: Option<String> = None;
+    let mut rows: Vec<Row> = Vec::new();
+    let mut waiters: Vec<oneshot::Sender<Result<(), String>>> = Vec::new();
+    while let Ok(first) = rx.recv() {
+        let mut next = Some(first);
+        // Take everything already queued: one transaction for all of it.
+        while let Some(cmd) = next {
+            match cmd {
+                Cmd::Row(r) => rows.push(r),
+                Cmd::Flush(w) => waiters.push(w),
+            }
+            next = if rows.len() >= 1024 { None } else { rx.try_recv().ok() };
+        }
+        if error.is_none() && !rows.is_empty() {
+            match write(&mut conn, &session_id, run, next_seq, &rows) {
+                Ok(n) => next_seq = n,
+                Err(e) => error = Some(StoreError::sqlite(&path, e).to_string()),
+            }
+        }
+        rows.clear();
+        for w in waiters.drain(..) {
+            let _ = w.send(error.clone().map_or(Ok(()), Err));
+        }
+    }
+}
+
+fn write(conn: &mut Connection, session: &str, run: i64, mut seq: i64, rows: &[Row]) -> rusqlite::Result<i64> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let mut d = Delta::default();
+    let mut messages: Option<i64> = None;
+    let mut status: Option<&str> = None;
+    {
+        let mut insert = tx.prepare_cached(
+            "INSERT INTO entries (session_id, seq, run, kind, msg_index, ts, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?;
+        for r in rows {
+            insert.execute(params![session, seq, run, r.kind, r.msg_index, r.ts, r.data])?;
+            seq += 1;
+            d.steps += r.delta.steps;
+            d.tool_calls += r.delta.tool_calls;
+            d.input = d.input.saturating_add(r.delta.input);
+            d.output = d.output.saturating_add(r.delta.output);
+            d.no_usage += r.delta.no_usage;
+            d.cost += r.delta.cost;
+            if let Some(i) = r.msg_index {
+                messages = Some(i + 1);
+            }
+            if let Some(s) = &r.status {
+                status = Some(s);
+            }
+        }
+    }
+    tx.prepare_cached(
+        "UPDATE sessions SET updated_at = ?2, next_seq = ?3, steps = steps + ?4, tool_calls = tool_calls + ?5,
+         input_tokens = input_tokens + ?6, output_tokens = output_tokens + ?7,
+         calls_without_usage = calls_without_usage + ?8, cost_usd = cost_usd + ?9,
+         messages = coalesce(?10, messages), status = coalesce(?11, status) WHERE id = ?1",
+    )?
+    .execute(params![
+        session,
+        now(),
+        seq,
+        d.steps,
+        d.tool_calls,
+        d.input,
+        d.output,
+        d.no_usage,
+        d.cost,
+        messages,
+        status
+    ])?;
+    tx.commit()?;
+    Ok(seq)
+}

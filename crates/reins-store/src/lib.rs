@@ -1,0 +1,40 @@
+//! # reins-store — sessions that survive crashes
+//!
+//! An event-sourced session log for [Reins](reins) runs in one SQLite file (WAL mode, versioned schema
+//! with migrations). A [`SessionJournal`] plugs into [`reins::AgentBuilder::journal`]: every model
+//! response, transcript item and event of a run is appended to the log by a writer thread behind a
+//! bounded queue, and each completed step is flushed before the next model call, so a crash loses at
+//! most the step in flight. A full or read-only store ends the run `aborted` with the error.
+//!
+//! A recorded [`Session`] rebuilds its transcript ([`Session::messages`]), is continued with
+//! [`Session::resume_state`] (calls cut short by a crash get an "interrupted" error result) and
+//! [`Store::resume_journal`], and is replayed offline as a regression test with [`replay()`].
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use reins::{Agent, ModelResponse, ScriptedModel, Status};
+//! let dir = std::env::temp_dir().join(format!("reins-store-doc-{}", std::process::id()));
+//! let store = reins_store::Store::open(dir.join("sessions.db")).unwrap();
+//! let model = ScriptedModel::new(vec![ModelResponse::text("hello")]);
+//! let agent = Agent::builder(model).journal(store.journal(Default::default())).build().unwrap();
+//! let outcome = agent.run("hi", tokio_util::sync::CancellationToken::new()).await;
+//! assert_eq!(outcome.status, Status::Completed);
+//! let session = store.load(outcome.session_id.as_deref().unwrap()).unwrap();
+//! assert_eq!(session.messages().unwrap(), outcome.messages);
+//! # std::fs::remove_dir_all(&dir).ok();
+//! # });
+//! ```
+
+mod error;
+mod journal;
+pub mod replay;
+mod schema;
+mod session;
+mod store;
+
+pub use error::StoreError;
+pub use journal::{Prices, RunLog, SessionJournal, SessionMeta};
+
+pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
+pub use session::{Entry, INTERRUPTED, ResponseData, RunRecord, RunStartData, Session, kind};
+pub use store::{Durability, SessionSummary, Store, StoreOptions, default_path};

@@ -1,0 +1,1 @@
+//! Replay: a recorded session re-run offline as a regression test.

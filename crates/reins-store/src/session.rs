@@ -1,0 +1,192 @@
+//! A recorded session read back: its entries, and what they rebuild — the transcript, the runs, the
+//! model responses.
+
+use reins::{ContextConfig, Limits, Message, ModelResponse, RunState, ToolSpec};
+use serde::{Deserialize, Serialize};
+
+use crate::error::StoreError;
+use crate::store::SessionSummary;
+
+/// The kinds of entries in the log.
+pub mod kind {
+    /// A run began: `{"run_id", "limits", "tools", "initial_messages", "recorded_messages"}`.
+    pub const RUN_START: &str = "run_start";
+    /// A transcript item (`msg_index` set): a [`reins::Message`].
+    pub const MESSAGE: &str = "message";
+    /// A model answer: `{"step", "response"}` or `{"step", "error"}`.
+    pub const RESPONSE: &str = "response";
+    /// A run event: the JSON line of a [`reins::Event`].
+    pub const EVENT: &str = "event";
+    /// A run ended: its outcome without the transcript.
+    pub const RUN_END: &str = "run_end";
+}
+
+/// One entry of a session's log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    /// 0-based position in the session's log; never reused.
+    pub seq: u64,
+    /// The 1-based run that wrote it.
+    pub run: u64,
+    /// What it records (see [`kind`]).
+    pub kind: String,
+    /// For a transcript item, its position in the transcript.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub msg_index: Option<u64>,
+    /// When it was recorded (RFC 3339).
+    pub ts: String,
+    /// The record itself.
+    pub data: serde_json::Value,
+}
+
+/// The data of a `run_start` entry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunStartData {
+    /// The run's id.
+    pub run_id: String,
+    /// The limits it ran under.
+    pub limits: Limits,
+    /// The tools on offer.
+    pub tools: Vec<ToolSpec>,
+    /// Transcript items when the run began (after reconciliation and any follow-up prompt).
+    pub initial_messages: u64,
+    /// How many of them were already recorded by earlier runs.
+    pub recorded_messages: u64,
+}
+
+/// A recorded model answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResponseData {
+    /// The 1-based step within its run.
+    pub step: u64,
+    /// The response, when the call succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<ModelResponse>,
+    /// The error, when it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One run of a session, rebuilt from its entries.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunRecord {
+    /// 1-based.
+    pub number: u64,
+    /// What `run_start` recorded.
+    pub start: RunStartData,
+    /// The model answers, in order.
+    pub responses: Vec<ResponseData>,
+    /// The outcome (`run_end`; without `messages`), when the run ended cleanly.
+    pub end: Option<serde_json::Value>,
+}
+
+/// A whole recorded session.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Session {
+    /// The index row.
+    pub summary: SessionSummary,
+    /// Every entry, in order.
+    pub entries: Vec<Entry>,
+}
+
+/// What [`RunState::resume`] writes for each call whose result was never recorded.
+pub const INTERRUPTED: &str = "interrupted: the session stopped (crash or kill) before this call's result was recorded; \
+     the call may or may not have run — check before repeating it";
+
+impl Session {
+    /// The session's id.
+    pub fn id(&self) -> &str {
+        &self.summary.id
+    }
+
+    fn bad(&self, seq: u64, detail: impl Into<String>) -> StoreError {
+        StoreError::BadEntry { session: self.summary.id.clone(), seq: seq as i64, detail: detail.into() }
+    }
+
+    /// The recorded transcript, in order. Every index from 0 appears exactly once (the store enforces
+    /// it); a gap or a duplicate is reported as a damaged entry.
+    pub fn messages(&self) -> Result<Vec<Message>, StoreError> {
+        let mut out = Vec::new();
+        for e in self.entries.iter().filter(|e| e.kind == kind::MESSAGE) {
+            if e.msg_index != Some(out.len() as u64) {
+                return Err(
+                    self.bad(e.seq, format!("transcript item {:?} where item {} is due", e.msg_index, out.len()))
+                );
+            }
+            let m: Message = serde_json::from_value(e.data.clone())
+                .map_err(|err| self.bad(e.seq, format!("not a transcript item: {err}")))?;
+            out.push(m);
+        }
+        Ok(out)
+    }
+
+    /// The runs, in order.
+    pub fn runs(&self) -> Result<Vec<RunRecord>, StoreError> {
+        let mut runs: Vec<RunRecord> = Vec::new();
+        for e in &self.entries {
+            match e.kind.as_str() {
+                kind::RUN_START => {
+                    let start: RunStartData = serde_json::from_value(e.data.clone())
+                        .map_err(|err| self.bad(e.seq, format!("not a run start: {err}")))?;
+                    runs.push(RunRecord { number: e.run, start, responses: Vec::new(), end: None });
+                }
+                kind::RESPONSE => {
+                    let r: ResponseData = serde_json::from_value(e.data.clone())
+                        .map_err(|err| self.bad(e.seq, format!("not a model response: {err}")))?;
+                    match runs.last_mut() {
+                        Some(run) if run.number == e.run => run.responses.push(r),
+                        _ => return Err(self.bad(e.seq, "a model response outside a run")),
+                    }
+                }
+                kind::RUN_END => match runs.last_mut() {
+                    Some(run) if run.number == e.run => run.end = Some(e.data.clone()),
+                    _ => return Err(self.bad(e.seq, "a run end outside a run")),
+                },
+                _ => {}
+            }
+        }
+        Ok(runs)
+    }
+
+    /// The recorded events, as JSON values (their `seq` counts within each run).
+    pub fn events(&self) -> impl Iterator<Item = &serde_json::Value> {
+        self.entries.iter().filter(|e| e.kind == kind::EVENT).map(|e| &e.data)
+    }
+
+    /// Rebuilds a run state to continue the session: the recorded transcript, reconciled — a batch
+    /// cut short by a crash gets an [`INTERRUPTED`] error result for each call without a recorded
+    /// result — then `follow_up` as a new user message, if given. The new run gets a fresh run id.
+    pub fn resume_state(
+        &self,
+        limits: Limits,
+        ctx: &ContextConfig,
+        follow_up: Option<&str>,
+    ) -> Result<RunState, StoreError> {
+        let resume_err = |detail: String| StoreError::Resume { session: self.summary.id.clone(), detail };
+        let messages = self.messages()?;
+        if messages.is_empty() {
+            return Err(resume_err("it has no recorded transcript".into()));
+        }
+        let mut state = RunState::resume(uuid::Uuid::new_v4().to_string(), messages, limits, ctx, INTERRUPTED)
+            .map_err(|e| resume_err(e.to_string()))?;
+        if let Some(text) = follow_up {
+            state.push_user(text, ctx).map_err(|e| resume_err(e.to_string()))?;
+        }
+        Ok(state)
+    }
+
+    /// The session as JSON lines: a `session` line with the summary, then one line per entry.
+    pub fn export_lines(&self) -> Vec<String> {
+        let mut out = Vec::with_capacity(self.entries.len() + 1);
+        let head = serde_json::json!({"type": "session", "session": self.summary});
+        out.push(head.to_string());
+        for e in &self.entries {
+            let mut v = serde_json::json!({"type": "entry", "seq": e.seq, "run": e.run, "kind": e.kind, "ts": e.ts, "data": e.data});
+            if let (Some(i), Some(obj)) = (e.msg_index, v.as_object_mut()) {
+                obj.insert("msg_index".into(), i.into());
+            }
+            out.push(v.to_string());
+        }
+        out
+    }
+}

@@ -1,0 +1,375 @@
+//! The store: one SQLite file in WAL mode holding every session's append-only log and an index of
+//! sessions kept current with it.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+
+use crate::error::StoreError;
+use crate::schema::{self, Check, SCHEMA_VERSION};
+use crate::session::{Entry, Session};
+
+/// How durable each flush is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// `synchronous = NORMAL` in WAL mode: a flushed step survives the process being killed; a power
+    /// loss may lose the last steps before a checkpoint. The default (no fsync per step).
+    #[default]
+    Process,
+    /// `synchronous = FULL`: every flush is fsynced, so a flushed step also survives a power loss.
+    Power,
+}
+
+/// How a store is opened.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// How durable each flush is.
+    pub durability: Durability,
+    /// The most pages the database may grow to (a size cap); writing past it is a "store is full"
+    /// error, exactly as a full disk. `None`: no cap.
+    pub max_pages: Option<u64>,
+    /// How long to wait for another process's write lock before giving up.
+    pub busy_timeout: Duration,
+    /// How many recorded items may wait for the writer before recording blocks the run.
+    pub queue: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            durability: Durability::Process,
+            max_pages: None,
+            busy_timeout: Duration::from_secs(30),
+            queue: 4096,
+        }
+    }
+}
+
+/// A session store on disk. Cheap to clone; every operation opens what it needs.
+#[derive(Clone, Debug)]
+pub struct Store {
+    path: PathBuf,
+    options: StoreOptions,
+}
+
+/// One line of `reins sessions list`: the session index.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionSummary {
+    /// The session's id.
+    pub id: String,
+    /// When its first run started (RFC 3339).
+    pub created_at: String,
+    /// When it was last written (RFC 3339).
+    pub updated_at: String,
+    /// The model it ran with, as the caller named it.
+    pub model: Option<String>,
+    /// The workspace it ran in.
+    pub workspace: Option<String>,
+    /// `running` while a run is open (or if its process died), else the last run's status.
+    pub status: String,
+    /// Runs recorded (1 + resumptions).
+    pub runs: u64,
+    /// Model responses received over all runs.
+    pub steps: u64,
+    /// Tool calls admitted over all runs.
+    pub tool_calls: u64,
+    /// Input tokens over the calls that reported usage.
+    pub input_tokens: u64,
+    /// Output tokens over the calls that reported usage.
+    pub output_tokens: u64,
+    /// Model calls that reported no usage (their tokens are unknown, not zero).
+    pub calls_without_usage: u64,
+    /// Cost in US dollars, when prices were known.
+    pub cost_usd: Option<f64>,
+    /// Transcript items recorded.
+    pub messages: u64,
+}
+
+/// The default location: `$XDG_DATA_HOME/reins/sessions.db`, else `~/.local/share/reins/sessions.db`.
+pub fn default_path() -> Result<PathBuf, StoreError> {
+    if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(d).join("reins").join("sessions.db"));
+    }
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).ok_or(StoreError::NoHome)?;
+    Ok(PathBuf::from(home).join(".local").join("share").join("reins").join("sessions.db"))
+}
+
+/// A file cut short: its size is not a whole number of pages, or smaller than its header says.
+fn check_size(path: &Path) -> Result<(), StoreError> {
+    use std::io::Read;
+    let mut header = [0u8; 100];
+    let (len, read) = match std::fs::File::open(path) {
+        Ok(mut f) => {
+            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+            let mut n = 0;
+            while n < header.len() {
+                match f.read(&mut header[n..]) {
+                    Ok(0) | Err(_) => break,
+                    Ok(k) => n += k,
+                }
+            }
+            (len, n)
+        }
+        Err(_) => return Ok(()),
+    };
+    let corrupt = |detail: String| Err(StoreError::Corrupt { path: path.to_path_buf(), detail });
+    if len == 0 {
+        return Ok(());
+    }
+    if read < 100 || &header[..16] != b"SQLite format 3\0" {
+        return corrupt(format!("the file ({len} bytes) does not start with a SQLite header"));
+    }
+    let page_size = match u16::from_be_bytes([header[16], header[17]]) {
+        1 => 65_536u64,
+        n => u64::from(n),
+    };
+    if page_size < 512 || !page_size.is_power_of_two() {
+        return corrupt(format!("invalid page size {page_size} in the header"));
+    }
+    if len % page_size != 0 {
+        return corrupt(format!("the file size {len} is not a whole number of {page_size}-byte pages"));
+    }
+    let pages = u64::from(u32::from_be_bytes([header[28], header[29], header[30], header[31]]));
+    let valid = header[24..28] == header[92..96];
+    if valid && pages.saturating_mul(page_size) > len {
+        return corrupt(format!("the header counts {pages} pages of {page_size} bytes but the file holds {len} bytes"));
+    }
+    Ok(())
+}
+
+pub(crate) fn now() -> String {
+    humantime::format_rfc3339_micros(std::time::SystemTime::now()).to_string()
+}
+
+fn to_u64(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+impl Store {
+    /// Opens (creating if needed) the store at `path` with default options.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store, StoreError> {
+        Store::open_with(path, StoreOptions::default())
+    }
+
+    /// Opens the store at the default location.
+    pub fn open_default() -> Result<Store, StoreError> {
+        Store::open(default_path()?)
+    }
+
+    /// Opens (creating if needed) the store at `path`: creates its directory, checks that the file is
+    /// a Reins store of a known schema version, and applies pending migrations.
+    pub fn open_with(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::Directory { path: dir.to_path_buf(), source })?;
+        }
+        check_size(&path)?;
+        let store = Store { path, options };
+        let mut conn = store.connect(false)?;
+        let err = |e| StoreError::sqlite(&store.path, e);
+        match schema::check(&conn).map_err(err)? {
+            Check::Current => {}
+            Check::Migrate => schema::migrate(&mut conn).map_err(err)?,
+            Check::TooNew(found) => {
+                return Err(StoreError::TooNew { path: store.path.clone(), found, known: SCHEMA_VERSION });
+            }
+            Check::Foreign(detail) => return Err(StoreError::Foreign { path: store.path.clone(), detail }),
+        }
+        // A quick look at every table, so that a damaged file is reported now, not mid-run.
+        conn.query_row("SELECT count(*) FROM sessions", [], |r| r.get::<_, i64>(0)).map_err(err)?;
+        conn.query_row("SELECT count(*) FROM entries", [], |r| r.get::<_, i64>(0)).map_err(err)?;
+        Ok(store)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The options it was opened with.
+    pub fn options(&self) -> &StoreOptions {
+        &self.options
+    }
+
+    /// A connection with the store's settings. `read_only` connections never create the file.
+    pub(crate) fn connect(&self, read_only: bool) -> Result<Connection, StoreError> {
+        let err = |e| StoreError::sqlite(&self.path, e);
+        let flags = if read_only {
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        } else {
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        };
+        let conn = Connection::open_with_flags(&self.path, flags).map_err(err)?;
+        conn.busy_timeout(self.options.busy_timeout).map_err(err)?;
+        if !read_only {
+            let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)).map_err(err)?;
+            if !mode.eq_ignore_ascii_case("wal") {
+                return Err(StoreError::Sqlite {
+                    path: self.path.clone(),
+                    detail: format!("cannot switch to WAL mode (journal mode is {mode})"),
+                });
+            }
+            let sync = match self.options.durability {
+                Durability::Process => "NORMAL",
+                Durability::Power => "FULL",
+            };
+            conn.execute_batch(&format!("PRAGMA synchronous = {sync};")).map_err(err)?;
+            if let Some(max) = self.options.max_pages {
+                conn.query_row(&format!("PRAGMA max_page_count = {max}"), [], |r| r.get::<_, i64>(0)).map_err(err)?;
+            }
+        }
+        Ok(conn)
+    }
+
+    /// Every session, newest first.
+    pub fn list(&self) -> Result<Vec<SessionSummary>, StoreError> {
+        let conn = self.connect(true)?;
+        let err = |e| StoreError::sqlite(&self.path, e);
+        let mut stmt = conn
+            .prepare(&format!("SELECT {SUMMARY_COLUMNS} FROM sessions ORDER BY created_at DESC, id"))
+            .map_err(err)?;
+        let rows = stmt.query_map([], summary_row).map_err(err)?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(err)
+    }
+
+    /// The full id of the session whose id is `id` or starts with `id`.
+    pub fn resolve(&self, id: &str) -> Result<String, StoreError> {
+        if id.is_empty() {
+            return Err(StoreError::NotFound(String::new()));
+        }
+        let conn = self.connect(true)?;
+        let err = |e| StoreError::sqlite(&self.path, e);
+        let exact: Option<String> =
+            conn.query_row("SELECT id FROM sessions WHERE id = ?1", [id], |r| r.get(0)).optional().map_err(err)?;
+        if let Some(id) = exact {
+            return Ok(id);
+        }
+        let escaped: String =
+            id.chars().flat_map(|c| if matches!(c, '%' | '_' | '\\') { vec!['\\', c] } else { vec![c] }).collect();
+        let mut stmt = conn.prepare("SELECT id FROM sessions WHERE id LIKE ?1 ESCAPE '\\' LIMIT 2").map_err(err)?;
+        let ids = stmt
+            .query_map([format!("{escaped}%")], |r| r.get::<_, String>(0))
+            .map_err(err)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(err)?;
+        match ids.as_slice() {
+            [one] => Ok(one.clone()),
+            [] => Err(StoreError::NotFound(id.to_owned())),
+            _ => {
+                let count: i64 = conn
+                    .query_row(
+                        "SELECT count(*) FROM sessions WHERE id LIKE ?1 ESCAPE '\\'",
+                        [format!("{escaped}%")],
+                        |r| r.get(0),
+                    )
+                    .map_err(err)?;
+                Err(StoreError::Ambiguous {
+                    prefix: id.to_owned(),
+                    count: usize::try_from(count).unwrap_or(usize::MAX),
+                })
+            }
+        }
+    }
+
+    /// The session's summary.
+    pub fn summary(&self, id: &str) -> Result<SessionSummary, StoreError> {
+        let conn = self.connect(true)?;
+        let err = |e| StoreError::sqlite(&self.path, e);
+        conn.query_row(&format!("SELECT {SUMMARY_COLUMNS} FROM sessions WHERE id = ?1"), [id], summary_row)
+            .optional()
+            .map_err(err)?
+            .ok_or_else(|| StoreError::NotFound(id.to_owned()))
+    }
+
+    /// Loads a whole session (`id` exact or a unique prefix): its summary and every entry in order.
+    pub fn load(&self, id: &str) -> Result<Session, StoreError> {
+        let id = self.resolve(id)?;
+        let conn = self.connect(true)?;
+        let err = |e| StoreError::sqlite(&self.path, e);
+        let tx = conn.unchecked_transaction().map_err(err)?;
+        let summary = tx
+            .query_row(&format!("SELECT {SUMMARY_COLUMNS} FROM sessions WHERE id = ?1"), [&id], summary_row)
+            .optional()
+            .map_err(err)?
+            .ok_or_else(|| StoreError::NotFound(id.clone()))?;
+        let mut stmt = tx
+            .prepare("SELECT seq, run, kind, msg_index, ts, data FROM entries WHERE session_id = ?1 ORDER BY seq")
+            .map_err(err)?;
+        let rows = stmt
+            .query_map(params![id], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, Option<i64>>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                ))
+            })
+            .map_err(err)?;
+        let mut entries = Vec::new();
+        for row in rows {
+            let (seq, run, kind, msg_index, ts, data) = row.map_err(err)?;
+            let data = match serde_json::from_str(&data) {
+                Ok(d) => d,
+                Err(e) => return Err(self.damaged(&conn, &id, seq, &format!("its data is not JSON: {e}"))),
+            };
+            entries.push(Entry {
+                seq: to_u64(seq),
+                run: to_u64(run),
+                kind,
+                msg_index: msg_index.map(to_u64),
+                ts,
+                data,
+            });
+        }
+        Ok(Session { summary, entries })
+    }
+}
+
+impl Store {
+    /// An entry that cannot be read: a damaged file (reported as corrupt when SQLite's integrity check
+    /// agrees), else a bad entry.
+    fn damaged(&self, conn: &Connection, session: &str, seq: i64, detail: &str) -> StoreError {
+        let check: Result<Vec<String>, _> = conn
+            .prepare("PRAGMA quick_check(3)")
+            .and_then(|mut st| st.query_map([], |r| r.get::<_, String>(0))?.collect());
+        match check {
+            Ok(lines) if lines == ["ok"] => StoreError::BadEntry {
+                session: format!("{session} in {}", self.path.display()),
+                seq,
+                detail: detail.to_owned(),
+            },
+            Ok(lines) => StoreError::Corrupt {
+                path: self.path.clone(),
+                detail: format!("entry {seq} of session {session}: {detail}; integrity check: {}", lines.join("; ")),
+            },
+            Err(e) => StoreError::sqlite(&self.path, e),
+        }
+    }
+}
+
+const SUMMARY_COLUMNS: &str = "id, created_at, updated_at, model, workspace, status, runs, steps, tool_calls, \
+     input_tokens, output_tokens, calls_without_usage, cost_usd, messages";
+
+fn summary_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SessionSummary> {
+    Ok(SessionSummary {
+        id: r.get(0)?,
+        created_at: r.get(1)?,
+        updated_at: r.get(2)?,
+        model: r.get(3)?,
+        workspace: r.get(4)?,
+        status: r.get(5)?,
+        runs: to_u64(r.get(6)?),
+        steps: to_u64(r.get(7)?),
+        tool_calls: to_u64(r.get(8)?),
+        input_tokens: to_u64(r.get(9)?),
+        output_tokens: to_u64(r.get(10)?),
+        calls_without_usage: to_u64(r.get(11)?),
+        cost_usd: r.get(12)?,
+        messages: to_u64(r.get(13)?),
+    })
+}

@@ -1,0 +1,336 @@
+//! The store with real SQLite files: recording, reading back, resuming, concurrency, damaged files.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{TempDir, rt};
+use reins::{
+    Agent, ContextConfig, FnTool, Limits, Message, ModelResponse, Registry, ScriptedModel, Status, ToolCall,
+    ToolOutput, Usage,
+};
+use reins_store::{INTERRUPTED, SessionMeta, Store, StoreError, StoreOptions, kind};
+use tokio_util::sync::CancellationToken;
+
+fn echo() -> FnTool {
+    FnTool::new(
+        "echo",
+        "Returns its text.",
+        serde_json::json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+        |args, _ctx| async move { Ok(ToolOutput::Json(args["text"].clone())) },
+    )
+}
+
+fn call(id: &str, text: &str) -> ToolCall {
+    ToolCall::new(id, "echo", serde_json::json!({"text": text}))
+}
+
+fn agent(store: &Store, steps: Vec<ModelResponse>) -> Agent {
+    Agent::builder(ScriptedModel::new(steps))
+        .registry(Registry::builder().tool(echo()).build().unwrap())
+        .journal(store.journal(SessionMeta {
+            model: Some("scripted".into()),
+            workspace: None,
+            prices: Some(reins_store::Prices { input_per_mtok: 1.0, output_per_mtok: 2.0 }),
+        }))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_run_is_recorded_and_reads_back_exactly() {
+    let dir = TempDir::new("record");
+    let store = Store::open(dir.path().join("s.db")).unwrap();
+    let a = agent(
+        &store,
+        vec![
+            ModelResponse::tool_calls("two calls", vec![call("a", "one"), call("b", "two")])
+                .with_usage(Usage::new(100, 10)),
+            ModelResponse::text("done"),
+        ],
+    );
+    let outcome = rt().block_on(a.run("go", CancellationToken::new()));
+    assert_eq!(outcome.status, Status::Completed);
+    let id = outcome.session_id.clone().expect("a recorded run carries its session id");
+    let json = serde_json::to_value(&outcome).unwrap();
+    assert_eq!(json["session_id"], serde_json::json!(id));
+
+    let session = store.load(&id).unwrap();
+    assert_eq!(session.messages().unwrap(), outcome.messages);
+    let s = &session.summary;
+    assert_eq!((s.status.as_str(), s.runs, s.steps, s.tool_calls), ("completed", 1, 2, 2));
+    assert_eq!((s.input_tokens, s.output_tokens, s.calls_without_usage), (100, 10, 1));
+    assert!((s.cost_usd.unwrap() - 120.0 / 1e6).abs() < 1e-12, "{:?}", s.cost_usd);
+    assert_eq!(s.model.as_deref(), Some("scripted"));
+    let runs = session.runs().unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].responses.len(), 2);
+    assert_eq!(runs[0].responses[1].response.as_ref().unwrap().text, "done");
+    assert_eq!(runs[0].start.tools[0].name, "echo");
+    assert_eq!(runs[0].end.as_ref().unwrap()["status"], "completed");
+    // Events: run_start and run_end carry the session id; sequence numbers are dense.
+    let events: Vec<_> = session.events().collect();
+    assert_eq!(events.first().unwrap()["type"], "run_start");
+    assert_eq!(events.first().unwrap()["session_id"], serde_json::json!(id));
+    assert_eq!(events.last().unwrap()["type"], "run_end");
+    assert_eq!(events.last().unwrap()["session_id"], serde_json::json!(id));
+    // The log's sequence numbers are dense from 0.
+    for (i, e) in session.entries.iter().enumerate() {
+        assert_eq!(e.seq, i as u64);
+    }
+    // Export: a session line, then one line per entry.
+    let lines = session.export_lines();
+    assert_eq!(lines.len(), session.entries.len() + 1);
+    for l in &lines {
+        serde_json::from_str::<serde_json::Value>(l).unwrap();
+    }
+    // Listing and prefixes.
+    assert_eq!(store.list().unwrap()[0].id, id);
+    assert_eq!(store.resolve(&id[..8]).unwrap(), id);
+    assert!(matches!(store.resolve("zzzz"), Err(StoreError::NotFound(_))));
+}
+
+#[test]
+fn resuming_keeps_the_id_and_appends() {
+    let dir = TempDir::new("resume");
+    let store = Store::open(dir.path().join("s.db")).unwrap();
+    let first =
+        rt().block_on(agent(&store, vec![ModelResponse::text("first answer")]).run("q1", CancellationToken::new()));
+    let id = first.session_id.unwrap();
+    let session = store.load(&id).unwrap();
+    let b = Agent::builder(ScriptedModel::new(vec![
+        ModelResponse::tool_calls("", vec![call("x", "again")]),
+        ModelResponse::text("second answer"),
+    ]))
+    .registry(Registry::builder().tool(echo()).build().unwrap())
+    .journal(store.resume_journal(&session, SessionMeta::default()).unwrap())
+    .build()
+    .unwrap();
+    let state = session.resume_state(Limits::default(), b.context(), Some("q2")).unwrap();
+    let second = rt().block_on(b.drive(state, CancellationToken::new()));
+    assert_eq!(second.status, Status::Completed);
+    assert_eq!(second.session_id.as_deref(), Some(id.as_str()));
+    let session = store.load(&id).unwrap();
+    let messages = session.messages().unwrap();
+    assert_eq!(messages, second.messages);
+    assert_eq!(messages.len(), 6);
+    assert_eq!(messages[2], Message::user("q2"));
+    assert_eq!((session.summary.runs, session.summary.steps, session.summary.messages), (2, 3, 6));
+    assert_eq!(session.runs().unwrap().len(), 2);
+    assert_eq!(store.list().unwrap().len(), 1);
+    // A stale resume (the session moved on since it was loaded) is refused, not appended twice.
+    let stale = store.resume_journal(&store.load(&id).unwrap(), SessionMeta::default()).unwrap();
+    let c = Agent::builder(ScriptedModel::new(vec![ModelResponse::text("x")])).journal(stale.clone()).build().unwrap();
+    let d = Agent::builder(ScriptedModel::new(vec![ModelResponse::text("y")])).journal(stale).build().unwrap();
+    let s = store.load(&id).unwrap();
+    let ok = rt().block_on(
+        c.drive(s.resume_state(Limits::default(), c.context(), Some("q3")).unwrap(), CancellationToken::new()),
+    );
+    assert_eq!(ok.status, Status::Completed);
+    let refused = rt().block_on(
+        d.drive(s.resume_state(Limits::default(), d.context(), Some("q3")).unwrap(), CancellationToken::new()),
+    );
+    assert_eq!(refused.status, Status::Aborted);
+    assert!(refused.error.as_deref().unwrap().contains("changed since it was loaded"), "{:?}", refused.error);
+    assert_eq!(store.load(&id).unwrap().messages().unwrap().len(), 8);
+}
+
+#[test]
+fn an_interrupted_batch_is_reconciled_on_resume() {
+    let dir = TempDir::new("reconcile");
+    let store = Store::open(dir.path().join("s.db")).unwrap();
+    // A run cancelled in the middle of a batch: its calls get aborted results, recorded as such.
+    let slow = FnTool::new("slow", "Waits.", serde_json::json!({"type": "object"}), |_a, ctx| async move {
+        ctx.cancel.cancelled().await;
+        Err(reins::ToolError::Cancelled)
+    });
+    let cancel = CancellationToken::new();
+    let a = Agent::builder(ScriptedModel::new(vec![ModelResponse::tool_calls(
+        "",
+        vec![ToolCall::new("s1", "slow", serde_json::json!({}))],
+    )]))
+    .registry(Registry::builder().tool(slow).build().unwrap())
+    .journal(store.journal(SessionMeta::default()))
+    .build()
+    .unwrap();
+    let c2 = cancel.clone();
+    let outcome = rt().block_on(async move {
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            c2.cancel();
+        });
+        a.run("go", cancel).await
+    });
+    assert_eq!(outcome.status, Status::Aborted);
+    let session = store.load(outcome.session_id.as_deref().unwrap()).unwrap();
+    assert_eq!(session.summary.status, "aborted");
+    assert_eq!(session.messages().unwrap(), outcome.messages);
+    // A log cut after the assistant turn (what a crash leaves) is completed with interrupted results.
+    let mut cut = outcome.messages.clone();
+    cut.truncate(2);
+    let state = reins::RunState::resume("r", cut, Limits::default(), &ContextConfig::default(), INTERRUPTED).unwrap();
+    assert_eq!(state.transcript().last(), Some(&Message::tool_result("s1", INTERRUPTED, true)));
+}
+
+#[test]
+fn concurrent_runs_share_one_database() {
+    let dir = TempDir::new("concurrent");
+    let store = Store::open(dir.path().join("s.db")).unwrap();
+    let runtime = rt();
+    let outcomes = runtime.block_on(async {
+        let mut tasks = Vec::new();
+        for i in 0..8 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let steps: Vec<ModelResponse> = (0..10)
+                    .map(|k| ModelResponse::tool_calls("", vec![call(&format!("{i}-{k}"), &format!("r{i}-{k}"))]))
+                    .chain(std::iter::once(ModelResponse::text(format!("answer {i}"))))
+                    .collect();
+                agent(&store, steps).run(&format!("task {i}"), CancellationToken::new()).await
+            }));
+        }
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    });
+    let listed = store.list().unwrap();
+    assert_eq!(listed.len(), 8);
+    for o in outcomes {
+        assert_eq!(o.status, Status::Completed, "{:?}", o.error);
+        let s = store.load(o.session_id.as_deref().unwrap()).unwrap();
+        assert_eq!(s.messages().unwrap(), o.messages);
+        assert_eq!((s.summary.steps, s.summary.tool_calls), (11, 10));
+    }
+}
+
+#[test]
+fn a_full_store_ends_the_run_with_a_clear_error() {
+    let dir = TempDir::new("full");
+    let path = dir.path().join("s.db");
+    Store::open(&path).unwrap();
+    let pages: i64 =
+        rusqlite::Connection::open(&path).unwrap().query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap();
+    let store =
+        Store::open_with(&path, StoreOptions { max_pages: Some(pages as u64 + 2), ..Default::default() }).unwrap();
+    let big = "x".repeat(20_000);
+    let steps: Vec<ModelResponse> =
+        (0..20).map(|k| ModelResponse::tool_calls("", vec![call(&format!("c{k}"), &big)])).collect();
+    let outcome = rt().block_on(agent(&store, steps).run("fill it", CancellationToken::new()));
+    assert_eq!(outcome.status, Status::Aborted);
+    let err = outcome.error.unwrap_or_default();
+    assert!(err.contains("session log") && err.contains("is full"), "{err}");
+    // What was flushed before the disk filled is still there and readable.
+    let session = store.load(outcome.session_id.as_deref().unwrap()).unwrap();
+    assert!(!session.messages().unwrap().is_empty());
+}
+
+#[test]
+fn no_model_call_happens_before_the_prompt_is_durable() {
+    let dir = TempDir::new("nomodel");
+    let path = dir.path().join("s.db");
+    Store::open(&path).unwrap();
+    let pages: i64 =
+        rusqlite::Connection::open(&path).unwrap().query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap();
+    // The store may not grow at all: the prompt (far larger than a page) cannot be recorded.
+    let store = Store::open_with(&path, StoreOptions { max_pages: Some(pages as u64), ..Default::default() }).unwrap();
+    let model = Arc::new(ScriptedModel::new(vec![ModelResponse::text("never")]));
+    let a = Agent::builder_shared(model.clone()).journal(store.journal(SessionMeta::default())).build().unwrap();
+    let outcome = rt().block_on(a.run(&"p".repeat(100_000), CancellationToken::new()));
+    assert_eq!(outcome.status, Status::Aborted);
+    let err = outcome.error.as_deref().unwrap_or("");
+    assert!(err.contains("session log") && err.contains("is full"), "{err}");
+    assert_eq!(model.calls(), 0, "no model call without a durable log");
+    assert_eq!(outcome.steps, 0);
+}
+
+fn filled_store(dir: &TempDir) -> std::path::PathBuf {
+    let path = dir.path().join("s.db");
+    let store = Store::open(&path).unwrap();
+    for i in 0..5 {
+        let steps: Vec<ModelResponse> = (0..20)
+            .map(|k| ModelResponse::tool_calls("", vec![call(&format!("{k}"), &"y".repeat(500 + i))]))
+            .chain(std::iter::once(ModelResponse::text("ok")))
+            .collect();
+        let o = rt().block_on(agent(&store, steps).run("fill", CancellationToken::new()));
+        assert_eq!(o.status, Status::Completed);
+    }
+    path
+}
+
+fn read_all(path: &std::path::Path) -> Result<usize, StoreError> {
+    let store = Store::open(path)?;
+    let mut n = 0;
+    for s in store.list()? {
+        n += store.load(&s.id)?.messages()?.len();
+    }
+    Ok(n)
+}
+
+#[test]
+fn corrupt_and_truncated_files_give_a_clear_error() {
+    let dir = TempDir::new("corrupt");
+    let garbage = dir.path().join("garbage.db");
+    std::fs::write(&garbage, b"this is not a database at all, just some text that is long enough".repeat(100)).unwrap();
+    let e = Store::open(&garbage).unwrap_err();
+    assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
+    assert!(e.to_string().contains("corrupt or truncated"), "{e}");
+
+    let path = filled_store(&dir);
+    let full = std::fs::read(&path).unwrap();
+    assert_eq!(read_all(&path).unwrap(), 5 * 42);
+    let mut errors = 0;
+    for len in [50, 100, 1000, 4096, 4097, 8192, full.len() / 3, full.len() / 2, full.len() - 4096, full.len() - 1] {
+        let cut = dir.path().join(format!("cut-{len}.db"));
+        std::fs::write(&cut, &full[..len]).unwrap();
+        match read_all(&cut) {
+            Ok(n) => panic!("a store cut to {len} of {} bytes read back {n} messages without an error", full.len()),
+            Err(e) => {
+                errors += 1;
+                let msg = e.to_string();
+                assert!(msg.contains(&cut.display().to_string()), "the error names the file: {msg}");
+                assert!(matches!(e, StoreError::Corrupt { .. }), "cut to {len}: {msg}");
+            }
+        }
+    }
+    assert_eq!(errors, 10);
+}
+
+#[test]
+fn foreign_and_newer_databases_are_refused() {
+    let dir = TempDir::new("foreign");
+    let foreign = dir.path().join("other.db");
+    rusqlite::Connection::open(&foreign).unwrap().execute_batch("CREATE TABLE t (x)").unwrap();
+    assert!(matches!(Store::open(&foreign), Err(StoreError::Foreign { .. })));
+    let newer = dir.path().join("newer.db");
+    Store::open(&newer).unwrap();
+    rusqlite::Connection::open(&newer).unwrap().execute_batch("PRAGMA user_version = 99").unwrap();
+    let e = Store::open(&newer).unwrap_err();
+    assert!(matches!(e, StoreError::TooNew { found: 99, .. }), "{e}");
+    // Opening twice is idempotent (no second migration).
+    let again = dir.path().join("again.db");
+    Store::open(&again).unwrap();
+    Store::open(&again).unwrap();
+}
+
+#[test]
+fn every_message_is_recorded_once() {
+    let dir = TempDir::new("once");
+    let store = Store::open(dir.path().join("s.db")).unwrap();
+    let o = rt().block_on(
+        agent(&store, vec![ModelResponse::tool_calls("", vec![call("a", "1")]), ModelResponse::text("ok")])
+            .run("go", CancellationToken::new()),
+    );
+    let s = store.load(o.session_id.as_deref().unwrap()).unwrap();
+    let indices: Vec<u64> = s.entries.iter().filter(|e| e.kind == kind::MESSAGE).filter_map(|e| e.msg_index).collect();
+    assert_eq!(indices, vec![0, 1, 2, 3]);
+    // The database itself refuses a second copy of a transcript item.
+    let conn = rusqlite::Connection::open(store.path()).unwrap();
+    let dup = conn.execute(
+        "INSERT INTO entries (session_id, seq, run, kind, msg_index, ts, data) VALUES (?1, 999, 1, 'message', 1, '', '{}')",
+        [s.id()],
+    );
+    assert!(dup.is_err());
+    let _ = Arc::new(());
+}

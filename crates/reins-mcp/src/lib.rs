@@ -1,0 +1,36 @@
+//! # reins-mcp — tools from any Model Context Protocol server
+//!
+//! Connects to MCP servers — a child process over stdio (in its own process group, killed as a group at the
+//! end) or a streamable HTTP endpoint — through the official Rust SDK (`rmcp`), and registers each server's
+//! tools as Reins tools named `SERVER__TOOL`. Their input schemas are checked and compiled by the core
+//! [`reins::Registry`], so every call is validated before it is sent; results map to Reins results, which
+//! the core bounds. Each server has a start-up timeout and a per-call timeout: a server that crashes, hangs
+//! or answers garbage yields error results, never a stuck run.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), reins_mcp::McpError> {
+//! use reins_mcp::{McpTools, ServerConfig};
+//! let fs = ServerConfig::parse_spec("fs=npx -y @modelcontextprotocol/server-filesystem /tmp")?;
+//! let mcp = McpTools::start(vec![fs]).await?;
+//! let registry = mcp.registry(Vec::new())?; // fs__read_text_file, fs__list_directory, ...
+//! # let _ = registry;
+//! mcp.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+pub mod config;
+pub mod error;
+mod http;
+pub mod process;
+pub mod result;
+pub mod server;
+pub mod tools;
+
+pub use config::{
+    ConfigError, DEFAULT_CALL_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, MAX_SERVER_NAME, ServerConfig, ServerTable, Transport,
+    check_server_name, qualified_name,
+};
+pub use error::McpError;
+pub use result::map_call_result;
+pub use server::{McpServer, RemoteTool, SHUTDOWN_GRACE};
+pub use tools::{McpTool, McpTools, make_tools};

@@ -1,0 +1,127 @@
+//! Maps an MCP `tools/call` result to a Reins tool result. The core bounds the text afterwards.
+
+use reins::{ToolError, ToolOutput};
+use serde_json::Value;
+
+/// Maps the JSON of a `CallToolResult` (`content`, `structuredContent`, `isError`) to what the model sees.
+///
+/// - text blocks are joined by newlines;
+/// - images and audio become a one-line placeholder with their MIME type and size (the core has no binary
+///   content); embedded text resources contribute their text, links and binary resources their URI;
+/// - with no content block at all, structured content is shown as compact JSON;
+/// - `isError: true` makes a [`ToolError::Failed`] with the same text.
+///
+/// ```
+/// use serde_json::json;
+/// let out = reins_mcp::map_call_result(&json!({"content": [{"type": "text", "text": "hi"}]}));
+/// assert_eq!(out, Ok(reins::ToolOutput::Text("hi".into())));
+/// let err = reins_mcp::map_call_result(&json!({"content": [{"type": "text", "text": "no"}], "isError": true}));
+/// assert_eq!(err, Err(reins::ToolError::Failed("no".into())));
+/// ```
+pub fn map_call_result(result: &Value) -> Result<ToolOutput, ToolError> {
+    let is_error = result.get("isError").and_then(Value::as_bool).unwrap_or(false);
+    let blocks = result.get("content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let parts: Vec<String> = blocks.iter().map(describe_block).collect();
+    let structured = result.get("structuredContent");
+    let text = if parts.is_empty() {
+        match structured {
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => v.to_string(),
+            None => String::new(),
+        }
+    } else {
+        parts.join("\n")
+    };
+    if is_error {
+        let text = if text.is_empty() { "the MCP tool reported an error without a message".to_owned() } else { text };
+        return Err(ToolError::Failed(text));
+    }
+    Ok(ToolOutput::Text(text))
+}
+
+fn describe_block(block: &Value) -> String {
+    let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
+    let str_field = |key: &str| block.get(key).and_then(Value::as_str);
+    match kind {
+        "text" => str_field("text").unwrap_or_default().to_owned(),
+        "image" | "audio" => {
+            let mime = str_field("mimeType").unwrap_or("unknown type");
+            let size = str_field("data").map_or(0, |d| d.len() / 4 * 3);
+            format!("[{kind}: {mime}, about {size} bytes, not shown]")
+        }
+        "resource" => {
+            let res = block.get("resource");
+            let uri = res.and_then(|r| r.get("uri")).and_then(Value::as_str).unwrap_or("?");
+            match res.and_then(|r| r.get("text")).and_then(Value::as_str) {
+                Some(text) => format!("[resource {uri}]\n{text}"),
+                None => {
+                    let mime = res.and_then(|r| r.get("mimeType")).and_then(Value::as_str).unwrap_or("binary");
+                    format!("[resource {uri}: {mime}, not shown]")
+                }
+            }
+        }
+        "resource_link" => {
+            let uri = str_field("uri").unwrap_or("?");
+            match str_field("name") {
+                Some(name) => format!("[resource link {uri} ({name})]"),
+                None => format!("[resource link {uri}]"),
+            }
+        }
+        other => format!("[{} content, not shown]", if other.is_empty() { "untyped" } else { other }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    #[test]
+    fn every_kind_of_content_maps_to_text() {
+        let r = json!({"content": [
+            {"type": "text", "text": "a"},
+            {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+            {"type": "resource", "resource": {"uri": "file:///x", "text": "body"}},
+            {"type": "resource", "resource": {"uri": "file:///b", "blob": "AA==", "mimeType": "image/gif"}},
+            {"type": "resource_link", "uri": "file:///y", "name": "y"},
+            {"type": "hologram"}
+        ], "structuredContent": {"ignored": true}});
+        assert_eq!(
+            map_call_result(&r).unwrap().into_text(),
+            "a\n[image: image/png, about 3 bytes, not shown]\n[resource file:///x]\nbody\n\
+             [resource file:///b: image/gif, not shown]\n[resource link file:///y (y)]\n[hologram content, not shown]"
+        );
+        assert_eq!(map_call_result(&json!({"structuredContent": {"n": 1}})).unwrap().into_text(), r#"{"n":1}"#);
+        assert_eq!(map_call_result(&json!({})).unwrap().into_text(), "");
+        assert_eq!(
+            map_call_result(&json!({"isError": true})),
+            Err(ToolError::Failed("the MCP tool reported an error without a message".into()))
+        );
+    }
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            ".{0,10}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map("(type|text|content|isError|data|resource|uri|[a-z]{1,4})", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn any_json_maps_without_panicking(v in json_value()) {
+            let _ = map_call_result(&v);
+            let _ = map_call_result(&json!({"content": [v.clone()], "isError": true}));
+            let _ = map_call_result(&json!({"content": v}));
+        }
+    }
+}

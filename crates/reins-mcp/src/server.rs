@@ -1,0 +1,247 @@
+//! One connected MCP server: started under a start-up timeout, its tools listed, its calls sent under a
+//! per-call timeout, its `tools/list_changed` notifications noted, and its process group killed at the end.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use reins::{ToolError, ToolOutput};
+use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation};
+use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
+use rmcp::{ClientHandler, ServiceExt};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{ServerConfig, Transport};
+use crate::error::McpError;
+use crate::process::{ServerProcess, spawn};
+use crate::result::map_call_result;
+
+/// How long a stdio server may take to exit by itself once its stdin is closed, before its group is killed.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// What a server said about one of its tools.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RemoteTool {
+    /// The tool's name on the server.
+    pub name: String,
+    /// Its description (empty when the server gave none).
+    pub description: String,
+    /// Its input schema, as sent.
+    pub input_schema: Value,
+}
+
+/// The client side of the connection: hears `tools/list_changed`.
+#[derive(Clone)]
+struct Handler {
+    tools_changed: Arc<AtomicBool>,
+    changes: Arc<AtomicU64>,
+}
+
+impl ClientHandler for Handler {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.tools_changed.store(true, Ordering::SeqCst);
+        self.changes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(ClientCapabilities::default(), Implementation::new("reins", env!("CARGO_PKG_VERSION")))
+    }
+}
+
+/// A connected MCP server. Dropping it kills a stdio server's process group.
+pub struct McpServer {
+    config: ServerConfig,
+    peer: Peer<RoleClient>,
+    service: tokio::sync::Mutex<Option<RunningService<RoleClient, Handler>>>,
+    process: Option<Arc<ServerProcess>>,
+    tools_changed: Arc<AtomicBool>,
+    changes: Arc<AtomicU64>,
+    server_info: Option<String>,
+}
+
+impl std::fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServer").field("name", &self.config.name).field("server", &self.server_info).finish()
+    }
+}
+
+impl McpServer {
+    /// Starts (stdio) or reaches (HTTP) the server and completes `initialize`, all within the configured
+    /// start-up timeout. A server that does not answer in time is killed, with its process group.
+    pub async fn connect(config: ServerConfig) -> Result<McpServer, McpError> {
+        let name = config.name.clone();
+        let timeout = config.startup_timeout;
+        let tools_changed = Arc::new(AtomicBool::new(false));
+        let changes = Arc::new(AtomicU64::new(0));
+        let handler = Handler { tools_changed: Arc::clone(&tools_changed), changes: Arc::clone(&changes) };
+        let (service, process) = match &config.transport {
+            Transport::Stdio { command, args, env, cwd } => {
+                let (process, stdout, stdin) = spawn(command, args, env, cwd.as_ref()).map_err(|e| {
+                    McpError::Spawn { server: name.clone(), command: command.clone(), reason: e.to_string() }
+                })?;
+                let process = Arc::new(process);
+                let started = tokio::time::timeout(timeout, handler.serve((stdout, stdin))).await;
+                let service = match started {
+                    Ok(Ok(service)) => service,
+                    Ok(Err(e)) => {
+                        // Let a crashing server's exit status and last words arrive before reporting.
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        let reason = with_diagnosis(e.to_string(), &process.diagnosis());
+                        process.kill_group();
+                        return Err(McpError::Initialize { server: name, reason });
+                    }
+                    Err(_) => {
+                        let diagnosis = process.diagnosis();
+                        process.kill_group();
+                        return Err(McpError::StartupTimeout { server: name, timeout, diagnosis });
+                    }
+                };
+                (service, Some(process))
+            }
+            Transport::Http { url, headers } => {
+                let service = tokio::time::timeout(timeout, crate::http::connect(handler, url, headers))
+                    .await
+                    .map_err(|_| McpError::StartupTimeout { server: name.clone(), timeout, diagnosis: String::new() })?
+                    .map_err(|reason| McpError::Initialize { server: name.clone(), reason })?;
+                (service, None)
+            }
+        };
+        let server_info =
+            service.peer_info().and_then(|i| i.server_info.as_ref().map(|s| format!("{} {}", s.name, s.version)));
+        let peer = service.peer().clone();
+        Ok(McpServer {
+            config,
+            peer,
+            service: tokio::sync::Mutex::new(Some(service)),
+            process,
+            tools_changed,
+            changes,
+            server_info,
+        })
+    }
+
+    /// The server's configured name.
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+
+    /// The name and version the server gave in `initialize`.
+    pub fn server_info(&self) -> Option<&str> {
+        self.server_info.as_deref()
+    }
+
+    /// The process id of a stdio server (also its process group id).
+    pub fn pid(&self) -> Option<i32> {
+        self.process.as_ref().map(|p| p.pid())
+    }
+
+    /// True once the server sent `notifications/tools/list_changed` since the last [`McpServer::list_tools`].
+    pub fn tools_changed(&self) -> bool {
+        self.tools_changed.load(Ordering::SeqCst)
+    }
+
+    /// How many `tools/list_changed` notifications the server sent so far.
+    pub fn tool_list_changes(&self) -> u64 {
+        self.changes.load(Ordering::SeqCst)
+    }
+
+    /// Lists every tool (following pagination), within the start-up timeout.
+    pub async fn list_tools(&self) -> Result<Vec<RemoteTool>, McpError> {
+        self.tools_changed.store(false, Ordering::SeqCst);
+        let listed = tokio::time::timeout(self.config.startup_timeout, self.peer.list_all_tools()).await;
+        let tools = match listed {
+            Ok(Ok(tools)) => tools,
+            Ok(Err(e)) => {
+                return Err(McpError::ListTools {
+                    server: self.name().to_owned(),
+                    reason: self.explain(&e.to_string()),
+                });
+            }
+            Err(_) => {
+                let reason = self.explain(&format!(
+                    "no answer to tools/list within {}",
+                    humantime::format_duration(self.config.startup_timeout)
+                ));
+                return Err(McpError::ListTools { server: self.name().to_owned(), reason });
+            }
+        };
+        Ok(tools
+            .into_iter()
+            .map(|t| RemoteTool {
+                name: t.name.into_owned(),
+                description: t.description.map(|d| d.into_owned()).unwrap_or_default(),
+                input_schema: Value::Object((*t.input_schema).clone()),
+            })
+            .collect())
+    }
+
+    /// Calls `tool` (its name on the server) with `arguments`, within the per-call timeout, stopping early
+    /// when `cancel` fires. Every failure — a crashed, hung or garbling server — is an error result.
+    pub async fn call(
+        &self,
+        tool: &str,
+        arguments: Value,
+        cancel: &CancellationToken,
+    ) -> Result<ToolOutput, ToolError> {
+        let Value::Object(arguments) = arguments else {
+            return Err(ToolError::InvalidArguments("MCP tool arguments are a JSON object".into()));
+        };
+        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        let timeout = self.config.call_timeout;
+        let call = tokio::time::timeout(timeout, self.peer.call_tool(params));
+        let result = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Err(ToolError::Cancelled),
+            r = call => r,
+        };
+        match result {
+            Err(_) => Err(ToolError::Failed(self.explain(&format!(
+                "MCP server {:?} did not answer the call of {tool:?} within {}",
+                self.name(),
+                humantime::format_duration(timeout)
+            )))),
+            Ok(Err(e)) => {
+                // A server that died mid-call: give its exit status a moment to be seen.
+                if self.process.is_some() && self.peer.is_transport_closed() {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(ToolError::Failed(
+                    self.explain(&format!("MCP server {:?} failed the call of {tool:?}: {e}", self.name())),
+                ))
+            }
+            Ok(Ok(result)) => match serde_json::to_value(&result) {
+                Ok(v) => map_call_result(&v),
+                Err(e) => Err(ToolError::Failed(format!("MCP server {:?}: unreadable result: {e}", self.name()))),
+            },
+        }
+    }
+
+    /// Closes the connection; a stdio server gets [`SHUTDOWN_GRACE`] to exit after its stdin closes, then its
+    /// whole process group is killed.
+    pub async fn shutdown(&self) {
+        let service = self.service.lock().await.take();
+        if let Some(mut service) = service {
+            let _ = service.close_with_timeout(SHUTDOWN_GRACE).await;
+        }
+        if let Some(p) = &self.process {
+            p.shutdown(SHUTDOWN_GRACE).await;
+        }
+    }
+
+    fn explain(&self, message: &str) -> String {
+        match &self.process {
+            Some(p) => with_diagnosis(message.to_owned(), &p.diagnosis()),
+            None => message.to_owned(),
+        }
+    }
+}
+
+fn with_diagnosis(message: String, diagnosis: &str) -> String {
+    if diagnosis.is_empty() { message } else { format!("{message} ({diagnosis})") }
+}

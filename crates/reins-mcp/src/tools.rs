@@ -1,0 +1,197 @@
+//! MCP tools as Reins tools, and the set of servers a run uses.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use reins::{Registry, RegistryError, Tool, ToolContext, ToolError, ToolOutput, ToolSpec, is_valid_tool_name};
+
+use crate::config::{ServerConfig, qualified_name};
+use crate::error::McpError;
+use crate::server::{McpServer, RemoteTool};
+
+/// One tool of an MCP server, registered as `SERVER__TOOL`. Its calls go to the server under its own name.
+pub struct McpTool {
+    spec: ToolSpec,
+    remote: String,
+    server: Arc<McpServer>,
+}
+
+impl McpTool {
+    /// The tool's name on its server.
+    pub fn remote_name(&self) -> &str {
+        &self.remote
+    }
+
+    /// Its server.
+    pub fn server(&self) -> &Arc<McpServer> {
+        &self.server
+    }
+}
+
+#[async_trait]
+impl Tool for McpTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, arguments: serde_json::Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        self.server.call(&self.remote, arguments, &ctx.cancel).await
+    }
+}
+
+/// Makes the Reins tools of `server` from what it listed: each named `SERVER__TOOL`, refused with a clear
+/// error when that name is invalid or repeated, or when its input schema is not a valid JSON Schema for an
+/// object (checked and compiled by [`Registry`]).
+pub fn make_tools(server: &Arc<McpServer>, listed: Vec<RemoteTool>) -> Result<Vec<Arc<dyn Tool>>, McpError> {
+    let mut seen = HashSet::with_capacity(listed.len());
+    let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(listed.len());
+    for remote in listed {
+        let refused =
+            |reason: String| McpError::Tool { server: server.name().to_owned(), tool: remote.name.clone(), reason };
+        let name = qualified_name(server.name(), &remote.name);
+        if !is_valid_tool_name(&name) {
+            return Err(refused(format!(
+                "{name:?} is not a valid tool name (a letter, then up to 63 letters, digits, '_' or '-')"
+            )));
+        }
+        if !seen.insert(name.clone()) {
+            return Err(refused("the server lists two tools with this name".into()));
+        }
+        let tool: Arc<dyn Tool> = Arc::new(McpTool {
+            spec: ToolSpec { name, description: remote.description.clone(), input_schema: remote.input_schema.clone() },
+            remote: remote.name.clone(),
+            server: Arc::clone(server),
+        });
+        match Registry::new(vec![Arc::clone(&tool)]) {
+            Ok(_) => tools.push(tool),
+            Err(RegistryError::InvalidSchema { reason, .. }) => {
+                return Err(refused(format!("invalid input schema: {reason}")));
+            }
+            Err(e) => return Err(refused(e.to_string())),
+        }
+    }
+    Ok(tools)
+}
+
+/// The MCP servers of a run and their current tools.
+///
+/// [`McpTools::registry`] builds a fresh [`Registry`] of these tools (plus any others); after a server sent
+/// `notifications/tools/list_changed`, [`McpTools::refresh`] re-lists its tools so that the next registry
+/// has them.
+pub struct McpTools {
+    servers: Vec<Arc<McpServer>>,
+    tools: Mutex<Vec<Vec<Arc<dyn Tool>>>>,
+}
+
+impl std::fmt::Debug for McpTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpTools").field("servers", &self.servers).finish()
+    }
+}
+
+impl McpTools {
+    /// Starts every server (concurrently, each within its start-up timeout) and lists their tools. If any
+    /// fails, the ones already started are shut down and the first error is returned.
+    pub async fn start(configs: Vec<ServerConfig>) -> Result<McpTools, McpError> {
+        let mut names = HashSet::new();
+        for c in &configs {
+            if !names.insert(c.name.clone()) {
+                return Err(McpError::DuplicateServer(c.name.clone()));
+            }
+        }
+        let results = futures_util::future::join_all(configs.into_iter().map(start_one)).await;
+        let mut servers = Vec::with_capacity(results.len());
+        let mut tools = Vec::with_capacity(results.len());
+        let mut first_error = None;
+        for r in results {
+            match r {
+                Ok((server, t)) => {
+                    servers.push(server);
+                    tools.push(t);
+                }
+                Err((server, e)) => {
+                    if let Some(s) = server {
+                        s.shutdown().await;
+                    }
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            for s in &servers {
+                s.shutdown().await;
+            }
+            return Err(e);
+        }
+        Ok(McpTools { servers, tools: Mutex::new(tools) })
+    }
+
+    /// The servers, in configuration order.
+    pub fn servers(&self) -> &[Arc<McpServer>] {
+        &self.servers
+    }
+
+    /// Every current tool, server by server.
+    pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
+        self.tools.lock().map(|t| t.iter().flatten().cloned().collect()).unwrap_or_default()
+    }
+
+    /// A fresh registry of `others` followed by every MCP tool. A name taken twice is refused here.
+    pub fn registry(&self, others: impl IntoIterator<Item = Arc<dyn Tool>>) -> Result<Registry, McpError> {
+        let mut all: Vec<Arc<dyn Tool>> = others.into_iter().collect();
+        all.extend(self.tools());
+        Registry::new(all).map_err(|e| match e {
+            RegistryError::Duplicate { name } => McpError::Tool {
+                server: name.split_once("__").map_or_else(String::new, |(s, _)| s.to_owned()),
+                tool: name.split_once("__").map_or_else(|| name.clone(), |(_, t)| t.to_owned()),
+                reason: format!("{name:?} is already the name of another tool"),
+            },
+            other => McpError::Tool { server: String::new(), tool: String::new(), reason: other.to_string() },
+        })
+    }
+
+    /// True when some server announced a change of its tools since they were last listed.
+    pub fn changed(&self) -> bool {
+        self.servers.iter().any(|s| s.tools_changed())
+    }
+
+    /// Re-lists the tools of every server that announced a change. Returns true when any list was re-read.
+    /// On error the previous tools of that server are kept.
+    pub async fn refresh(&self) -> Result<bool, McpError> {
+        let mut refreshed = false;
+        for (i, server) in self.servers.iter().enumerate() {
+            if !server.tools_changed() {
+                continue;
+            }
+            let listed = server.list_tools().await?;
+            let tools = make_tools(server, listed)?;
+            if let Ok(mut all) = self.tools.lock() {
+                if let Some(slot) = all.get_mut(i) {
+                    *slot = tools;
+                }
+            }
+            refreshed = true;
+        }
+        Ok(refreshed)
+    }
+
+    /// Shuts every server down (stdio servers: stdin closed, a grace period, then the process group killed).
+    pub async fn shutdown(&self) {
+        futures_util::future::join_all(self.servers.iter().map(|s| s.shutdown())).await;
+    }
+}
+
+type StartError = (Option<Arc<McpServer>>, McpError);
+
+async fn start_one(config: ServerConfig) -> Result<(Arc<McpServer>, Vec<Arc<dyn Tool>>), StartError> {
+    let server = Arc::new(McpServer::connect(config).await.map_err(|e| (None, e))?);
+    let listed = match server.list_tools().await {
+        Ok(l) => l,
+        Err(e) => return Err((Some(server), e)),
+    };
+    match make_tools(&server, listed) {
+        Ok(tools) => Ok((server, tools)),
+        Err(e) => Err((Some(server), e)),
+    }
+}

@@ -1,0 +1,356 @@
+//! reins-mcp against real MCP servers over stdio: the npm filesystem and everything servers and a server
+//! written with the PyPI `mcp` package (tests/servers/py_server.py).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reins::{Agent, Message, ModelResponse, ScriptedModel, Status, ToolCall};
+use reins_mcp::{McpError, McpTools, ServerConfig};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+fn results(outcome: &reins::Outcome) -> Vec<(String, String, bool)> {
+    outcome
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::ToolResult(r) => Some((r.call_id.clone(), r.content.clone(), r.is_error)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn result_of<'a>(results: &'a [(String, String, bool)], id: &str) -> &'a (String, String, bool) {
+    results.iter().find(|r| r.0 == id).unwrap_or_else(|| panic!("no result for call {id}: {results:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scripted_run_uses_tools_of_three_real_servers_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let log = root.join("calls.log");
+    let file = root.join("notes.txt");
+    let mcp = McpTools::start(vec![
+        common::filesystem("fs", &root),
+        common::everything("ev"),
+        common::python_server("py", "", &log),
+    ])
+    .await
+    .unwrap();
+    let registry = mcp.registry(Vec::new()).unwrap();
+    for name in ["fs__write_file", "fs__read_text_file", "ev__echo", "ev__get-sum", "py__add", "py__stats"] {
+        assert!(registry.get(name).is_some(), "{name} is not registered: {registry:?}");
+    }
+    let path = file.display().to_string();
+    let model = Arc::new(ScriptedModel::new(vec![
+        ModelResponse::tool_calls(
+            "",
+            vec![
+                ToolCall::new("w", "fs__write_file", json!({"path": path, "content": "hello from reins"})),
+                ToolCall::new("sum", "ev__get-sum", json!({"a": 2, "b": 3})),
+                ToolCall::new("echo", "ev__echo", json!({"message": "ping"})),
+            ],
+        ),
+        ModelResponse::tool_calls(
+            "",
+            vec![
+                ToolCall::new("r", "fs__read_text_file", json!({"path": path})),
+                ToolCall::new("add", "py__add", json!({"a": 40, "b": 2})),
+                ToolCall::new("stats", "py__stats", json!({})),
+                ToolCall::new("fail", "py__fail", json!({})),
+                ToolCall::new("outside", "fs__read_text_file", json!({"path": "/etc/hostname"})),
+            ],
+        ),
+        ModelResponse::text("all done"),
+    ]));
+    let agent = Agent::builder_shared(model.clone()).registry(registry).build().unwrap();
+    let outcome = agent.run("use the tools", CancellationToken::new()).await;
+    mcp.shutdown().await;
+
+    assert_eq!(outcome.status, Status::Completed, "{:?}", outcome.error);
+    assert_eq!(outcome.answer.as_deref(), Some("all done"));
+    model.assert_complete();
+    // The model was shown the MCP tools under their qualified names, with the servers' schemas.
+    let first = &model.requests()[0];
+    let add = first.tools.iter().find(|t| t.name == "py__add").unwrap();
+    assert_eq!(add.input_schema["required"], json!(["a", "b"]));
+    assert_eq!(add.description, "Adds two integers.");
+
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "hello from reins");
+    let results = results(&outcome);
+    assert_eq!(results.len(), 8);
+    assert!(!result_of(&results, "w").2, "{results:?}");
+    let sum = result_of(&results, "sum");
+    assert!(!sum.2 && sum.1.contains('5'), "{sum:?}");
+    let echo = result_of(&results, "echo");
+    assert!(!echo.2 && echo.1.contains("ping"), "{echo:?}");
+    assert_eq!(result_of(&results, "r").1, "hello from reins");
+    assert!(!result_of(&results, "r").2);
+    // Text content wins over structured content when both are present.
+    assert_eq!(result_of(&results, "add"), &("add".into(), "42".into(), false));
+    // Structured content alone is shown as JSON.
+    let stats: serde_json::Value = serde_json::from_str(&result_of(&results, "stats").1).unwrap();
+    assert_eq!(stats, json!({"calls": 1, "ok": true}));
+    // A tool's own error is an error result with its message.
+    assert_eq!(result_of(&results, "fail"), &("fail".into(), "it failed on purpose".into(), true));
+    // The filesystem server refuses paths outside its root; that refusal is an error result.
+    let outside = result_of(&results, "outside");
+    assert!(outside.2, "{outside:?}");
+    assert!(outside.1.to_lowercase().contains("denied") || outside.1.contains("outside"), "{outside:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_arguments_are_refused_before_they_reach_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+    let mcp = McpTools::start(vec![common::python_server("py", "", &log)]).await.unwrap();
+    let model = Arc::new(ScriptedModel::new(vec![
+        ModelResponse::tool_calls(
+            "",
+            vec![
+                ToolCall::new("1", "py__add", json!({"a": "one", "b": 2})),
+                ToolCall::new("2", "py__add", json!({"a": 1})),
+                ToolCall::new("3", "py__add", json!({"a": 1, "b": 2, "c": 3})),
+                ToolCall::new("4", "py__shout", json!({"text": ""})),
+                ToolCall::new("5", "py__sleep", json!({"seconds": -1})),
+                ToolCall::new("6", "py__add", json!([1, 2])),
+            ],
+        ),
+        ModelResponse::tool_calls("", vec![ToolCall::new("7", "py__add", json!({"a": 1, "b": 2}))]),
+        ModelResponse::text("ok"),
+    ]));
+    let agent = Agent::builder_shared(model).registry(mcp.registry(Vec::new()).unwrap()).build().unwrap();
+    let outcome = agent.run("go", CancellationToken::new()).await;
+    mcp.shutdown().await;
+
+    assert_eq!(outcome.status, Status::Completed, "{:?}", outcome.error);
+    let results = results(&outcome);
+    for id in ["1", "2", "3", "4", "5", "6"] {
+        let r = result_of(&results, id);
+        assert!(r.2, "call {id} should be refused: {r:?}");
+        assert!(r.1.contains("invalid arguments"), "call {id}: {r:?}");
+    }
+    assert!(result_of(&results, "1").1.contains("/a"), "{results:?}");
+    assert_eq!(result_of(&results, "7"), &("7".into(), "3".into(), false));
+    // Only the valid call reached the server.
+    let calls = common::logged(&log);
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0]["arguments"], json!({"a": 1, "b": 2}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_mid_call_gives_error_results_and_the_run_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+    let mcp = Arc::new(McpTools::start(vec![common::python_server("py", "", &log)]).await.unwrap());
+    let pid = mcp.servers()[0].pid().unwrap();
+    let killer = {
+        let log = log.clone();
+        tokio::spawn(async move {
+            // Wait (boundedly) until the slow call reached the server, then kill it.
+            for _ in 0..600 {
+                if common::logged(&log).iter().any(|c| c["tool"] == "sleep") {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            // SAFETY: plain kill(2) of the test server we started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        })
+    };
+    let model = Arc::new(ScriptedModel::new(vec![
+        ModelResponse::tool_calls("", vec![ToolCall::new("slow", "py__sleep", json!({"seconds": 600}))]),
+        ModelResponse::tool_calls("", vec![ToolCall::new("after", "py__add", json!({"a": 1, "b": 1}))]),
+        ModelResponse::text("survived"),
+    ]));
+    let agent = Agent::builder_shared(model).registry(mcp.registry(Vec::new()).unwrap()).build().unwrap();
+    let outcome = agent.run("go", CancellationToken::new()).await;
+    killer.await.unwrap();
+    mcp.shutdown().await;
+
+    assert_eq!(outcome.status, Status::Completed, "{:?}", outcome.error);
+    assert_eq!(outcome.answer.as_deref(), Some("survived"));
+    let results = results(&outcome);
+    let slow = result_of(&results, "slow");
+    assert!(slow.2, "{slow:?}");
+    assert!(slow.1.contains("MCP server \"py\" failed the call of \"sleep\""), "{slow:?}");
+    assert!(slow.1.contains("killed by signal 9"), "{slow:?}");
+    let after = result_of(&results, "after");
+    assert!(after.2, "{after:?}");
+    assert!(after.1.contains("MCP server \"py\""), "{after:?}");
+    assert!(!common::alive(pid));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_answers_initialize_is_stopped_with_its_process_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+    let config = common::python_server("mute", "--silent", &log).startup_timeout(Duration::from_secs(3));
+    let err = McpTools::start(vec![config]).await.unwrap_err();
+    match &err {
+        McpError::StartupTimeout { server, timeout, .. } => {
+            assert_eq!(server, "mute");
+            assert_eq!(*timeout, Duration::from_secs(3));
+        }
+        other => panic!("expected a start-up timeout, got {other:?}"),
+    }
+    assert!(err.to_string().contains("did not finish starting within 3s"), "{err}");
+    // The server and the grandchild it started are both gone.
+    let logged = common::logged(&log);
+    let entry = logged.iter().find(|e| e.get("grandchild").is_some()).expect("the server logged its grandchild");
+    let (server_pid, grandchild) =
+        (entry["pid"].as_i64().unwrap() as i32, entry["grandchild"].as_i64().unwrap() as i32);
+    for _ in 0..100 {
+        if !common::alive(server_pid) && !common::alive(grandchild) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!common::alive(server_pid), "the server process survived");
+    assert!(!common::alive(grandchild), "the server's child process survived");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_answers_and_slow_calls_end_in_error_results_within_the_call_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+    let garbage = common::python_server("junk", "--garbage", &log).call_timeout(Duration::from_secs(2));
+    let slow = common::python_server("slow", "", &dir.path().join("slow.log")).call_timeout(Duration::from_secs(2));
+    let mcp = McpTools::start(vec![garbage, slow]).await.unwrap();
+    let model = Arc::new(ScriptedModel::new(vec![
+        ModelResponse::tool_calls(
+            "",
+            vec![
+                ToolCall::new("g", "junk__add", json!({"a": 1, "b": 2})),
+                ToolCall::new("s", "slow__sleep", json!({"seconds": 300})),
+            ],
+        ),
+        // The slow server still answers its next call.
+        ModelResponse::tool_calls("", vec![ToolCall::new("s2", "slow__shout", json!({"text": "still here"}))]),
+        ModelResponse::text("done"),
+    ]));
+    let agent = Agent::builder_shared(model).registry(mcp.registry(Vec::new()).unwrap()).build().unwrap();
+    let outcome = agent.run("go", CancellationToken::new()).await;
+    mcp.shutdown().await;
+
+    assert_eq!(outcome.status, Status::Completed, "{:?}", outcome.error);
+    let results = results(&outcome);
+    let g = result_of(&results, "g");
+    assert!(g.2 && g.1.contains("did not answer the call of \"add\" within 2s"), "{g:?}");
+    let s = result_of(&results, "s");
+    assert!(s.2 && s.1.contains("did not answer the call of \"sleep\" within 2s"), "{s:?}");
+    assert_eq!(result_of(&results, "s2"), &("s2".into(), "STILL HERE".into(), false));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_list_changed_is_heard_and_refresh_registers_the_new_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+    let mcp = McpTools::start(vec![common::python_server("py", "", &log)]).await.unwrap();
+    let registry = mcp.registry(Vec::new()).unwrap();
+    assert!(registry.get("py__extra").is_none());
+    assert!(!mcp.changed());
+    let tool = registry.check("py__enable_extra", &json!({})).unwrap();
+    let ctx = reins::ToolContext { call_id: "1".into(), cancel: CancellationToken::new() };
+    assert_eq!(tool.call(json!({}), ctx).await.unwrap(), reins::ToolOutput::Text("extra enabled".into()));
+    // The notification is sent before the call's result; allow its handler to run.
+    for _ in 0..100 {
+        if mcp.changed() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(mcp.changed());
+    assert!(mcp.refresh().await.unwrap());
+    assert!(!mcp.changed());
+    let registry = mcp.registry(Vec::new()).unwrap();
+    let extra = registry.check("py__extra", &json!({})).unwrap();
+    let ctx = reins::ToolContext { call_id: "2".into(), cancel: CancellationToken::new() };
+    assert_eq!(extra.call(json!({}), ctx).await.unwrap(), reins::ToolOutput::Text("extra here".into()));
+    assert!(!mcp.refresh().await.unwrap(), "nothing changed since");
+    mcp.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_that_collide_or_are_invalid_and_invalid_schemas_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+
+    let err = McpTools::start(vec![common::python_server("py", "--bad-name", &log)]).await.unwrap_err();
+    assert!(matches!(&err, McpError::Tool { server, tool, .. } if server == "py" && tool == "bad.name"), "{err:?}");
+    assert!(err.to_string().contains("\"py__bad.name\" is not a valid tool name"), "{err}");
+
+    let err = McpTools::start(vec![common::python_server("py", "--bad-schema", &log)]).await.unwrap_err();
+    assert!(matches!(&err, McpError::Tool { tool, .. } if tool == "bad_schema"), "{err:?}");
+    assert!(err.to_string().contains("invalid input schema"), "{err}");
+
+    let err = McpTools::start(vec![common::python_server("py", "", &log), common::python_server("py", "", &log)])
+        .await
+        .unwrap_err();
+    assert_eq!(err, McpError::DuplicateServer("py".into()));
+
+    // A server tool whose qualified name is already taken by another tool.
+    let mcp = McpTools::start(vec![common::python_server("py", "", &log)]).await.unwrap();
+    let mine: Arc<dyn reins::Tool> =
+        Arc::new(reins::FnTool::new("py__add", "Mine.", json!({"type": "object"}), |_, _| async {
+            Ok(reins::ToolOutput::Text("mine".into()))
+        }));
+    let err = mcp.registry(vec![mine]).unwrap_err();
+    assert!(err.to_string().contains("\"py__add\" is already the name of another tool"), "{err}");
+    mcp.shutdown().await;
+    // Nothing was ever called.
+    assert!(common::logged(&log).iter().all(|e| e.get("tool").is_none()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_cannot_start_or_exits_at_once_gives_a_clear_error() {
+    let err = McpTools::start(vec![ServerConfig::stdio("nope", "/nonexistent/mcp-server", vec![]).unwrap()])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, McpError::Spawn { .. }), "{err:?}");
+    assert!(err.to_string().contains("could not start \"/nonexistent/mcp-server\""), "{err}");
+
+    let py = common::python().display().to_string();
+    let crash = ServerConfig::stdio(
+        "crash",
+        py,
+        vec!["-c".into(), "import sys; sys.stderr.write('no config found\\n'); sys.exit(3)".into()],
+    )
+    .unwrap()
+    .startup_timeout(Duration::from_secs(60));
+    let err = McpTools::start(vec![crash]).await.unwrap_err();
+    assert!(matches!(err, McpError::Initialize { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("exited with status 3"), "{text}");
+    assert!(text.contains("no config found"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_the_server_process_and_cancellation_stops_a_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+    let mcp = McpTools::start(vec![common::python_server("py", "", &log)]).await.unwrap();
+    let server = Arc::clone(&mcp.servers()[0]);
+    let pid = server.pid().unwrap();
+    assert!(common::alive(pid));
+    let cancel = CancellationToken::new();
+    let call = {
+        let (server, cancel) = (Arc::clone(&server), cancel.clone());
+        tokio::spawn(async move { server.call("sleep", json!({"seconds": 600}), &cancel).await })
+    };
+    for _ in 0..600 {
+        if common::logged(&log).iter().any(|c| c["tool"] == "sleep") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cancel.cancel();
+    assert_eq!(call.await.unwrap(), Err(reins::ToolError::Cancelled));
+    mcp.shutdown().await;
+    assert!(!common::alive(pid));
+    // Calls after shutdown fail cleanly.
+    let r = server.call("add", json!({"a": 1, "b": 2}), &CancellationToken::new()).await;
+    assert!(matches!(r, Err(reins::ToolError::Failed(_))), "{r:?}");
+}

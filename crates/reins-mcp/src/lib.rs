@@ -33,4 +33,4 @@ pub use config::{
 pub use error::McpError;
 pub use result::map_call_result;
 pub use server::{McpServer, RemoteTool, SHUTDOWN_GRACE};
-pub use tools::{McpTool, McpTools, make_tools};
+pub use tools::{McpTool, McpToolSource, McpTools, make_tools};

@@ -4,7 +4,9 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use reins::{Registry, RegistryError, Tool, ToolContext, ToolError, ToolOutput, ToolSpec, is_valid_tool_name};
+use reins::{
+    Registry, RegistryError, Tool, ToolContext, ToolError, ToolOutput, ToolSource, ToolSpec, is_valid_tool_name,
+};
 
 use crate::config::{ServerConfig, qualified_name};
 use crate::error::McpError;
@@ -179,6 +181,67 @@ impl McpTools {
     /// Shuts every server down (stdio servers: stdin closed, a grace period, then the process group killed).
     pub async fn shutdown(&self) {
         futures_util::future::join_all(self.servers.iter().map(|s| s.shutdown())).await;
+    }
+}
+
+/// A [`ToolSource`] over MCP servers: hand it to `AgentBuilder::tool_source`, and a server's
+/// `tools/list_changed` makes the next model turn of a running agent see the server's new tools.
+///
+/// At each step boundary it re-lists the tools of the servers that announced a change and rebuilds the
+/// registry (`others` first, then the MCP tools). When that fails — the server is gone, or a new tool is
+/// refused — it keeps the previous registry and records the error ([`McpToolSource::last_error`]).
+pub struct McpToolSource {
+    mcp: Arc<McpTools>,
+    others: Vec<Arc<dyn Tool>>,
+    current: Mutex<Arc<Registry>>,
+    last_error: Mutex<Option<McpError>>,
+}
+
+impl McpToolSource {
+    /// A source over `mcp` plus `others`; fails as [`McpTools::registry`] does.
+    pub fn new(mcp: Arc<McpTools>, others: Vec<Arc<dyn Tool>>) -> Result<McpToolSource, McpError> {
+        let registry = Arc::new(mcp.registry(others.iter().cloned())?);
+        Ok(McpToolSource { mcp, others, current: Mutex::new(registry), last_error: Mutex::new(None) })
+    }
+
+    /// The registry in force now.
+    pub fn current(&self) -> Arc<Registry> {
+        self.current.lock().map(|r| Arc::clone(&r)).unwrap_or_else(|_| Arc::new(Registry::empty()))
+    }
+
+    /// The last refresh failure, if any.
+    pub fn last_error(&self) -> Option<McpError> {
+        self.last_error.lock().ok().and_then(|e| e.clone())
+    }
+
+    /// The servers.
+    pub fn tools(&self) -> &Arc<McpTools> {
+        &self.mcp
+    }
+}
+
+#[async_trait]
+impl ToolSource for McpToolSource {
+    async fn registry(&self) -> Arc<Registry> {
+        if self.mcp.changed() {
+            let rebuilt = match self.mcp.refresh().await {
+                Ok(_) => self.mcp.registry(self.others.iter().cloned()),
+                Err(e) => Err(e),
+            };
+            match rebuilt {
+                Ok(r) => {
+                    if let Ok(mut current) = self.current.lock() {
+                        *current = Arc::new(r);
+                    }
+                }
+                Err(e) => {
+                    if let Ok(mut last) = self.last_error.lock() {
+                        *last = Some(e);
+                    }
+                }
+            }
+        }
+        self.current()
     }
 }
 

@@ -354,3 +354,28 @@ async fn shutdown_ends_the_server_process_and_cancellation_stops_a_call() {
     let r = server.call("add", json!({"a": 1, "b": 2}), &CancellationToken::new()).await;
     assert!(matches!(r, Err(reins::ToolError::Failed(_))), "{r:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_agent_sees_tools_added_by_list_changed_at_the_next_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+    let mcp = Arc::new(McpTools::start(vec![common::python_server("py", "", &log)]).await.unwrap());
+    let source = Arc::new(reins_mcp::McpToolSource::new(Arc::clone(&mcp), Vec::new()).unwrap());
+    let model = Arc::new(ScriptedModel::new(vec![
+        ModelResponse::tool_calls("", vec![ToolCall::new("1", "py__enable_extra", json!({}))]),
+        ModelResponse::tool_calls("", vec![ToolCall::new("2", "py__shout", json!({"text": "a"}))]),
+        ModelResponse::tool_calls("", vec![ToolCall::new("3", "py__extra", json!({}))]),
+        ModelResponse::text("done"),
+    ]));
+    let agent = Agent::builder_shared(model.clone()).tool_source(source.clone()).build().unwrap();
+    let outcome = agent.run("go", CancellationToken::new()).await;
+    mcp.shutdown().await;
+
+    assert_eq!(outcome.status, Status::Completed, "{:?}", outcome.error);
+    let requests = model.requests();
+    let has_extra = |i: usize| requests[i].tools.iter().any(|t| t.name == "py__extra");
+    assert!(!has_extra(0));
+    assert!(has_extra(2), "the third model turn should see py__extra");
+    assert_eq!(result_of(&results(&outcome), "3"), &("3".into(), "extra here".into(), false));
+    assert!(source.last_error().is_none());
+}

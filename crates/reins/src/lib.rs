@@ -51,7 +51,7 @@ pub use message::{Message, ToolCall, ToolResult};
 pub use model::{Conversation, Delta, DeltaSink, FinishReason, Model, ModelError, ModelRequest, ModelResponse};
 pub use outcome::{Outcome, Status};
 pub use policy::{Decision, Policy};
-pub use registry::{CallError, Registry, RegistryBuilder, RegistryError, is_valid_tool_name};
+pub use registry::{CallError, Registry, RegistryBuilder, RegistryError, ToolSource, is_valid_tool_name};
 pub use testing::{FnModel, ScriptError, ScriptStep, ScriptedModel, parse_script};
 pub use tool::{FnTool, Tool, ToolContext, ToolError, ToolOutput, ToolSpec, Typed, TypedTool, typed};
 pub use transcript::{Transcript, TranscriptError};

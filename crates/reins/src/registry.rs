@@ -185,6 +185,16 @@ impl Registry {
     }
 }
 
+/// Supplies the tools of a run step by step, for tools that change while it runs (an MCP server's
+/// `tools/list_changed`). The driver asks at the start of a run and after every tool batch, so one model
+/// turn and the calls it proposes always see the same registry. It should answer promptly; a source that
+/// cannot refresh keeps answering with its last registry.
+#[async_trait::async_trait]
+pub trait ToolSource: Send + Sync {
+    /// The registry for the next model call and its tool calls.
+    async fn registry(&self) -> Arc<Registry>;
+}
+
 /// Checks a schema against its meta-schema, refuses schemas no object could satisfy, and compiles it.
 fn compile_schema(name: &str, schema: &serde_json::Value) -> Result<jsonschema::Validator, RegistryError> {
     let invalid = |reason: String| RegistryError::InvalidSchema { name: name.to_owned(), reason };

@@ -19,7 +19,7 @@ use crate::message::Message;
 use crate::model::Model;
 use crate::outcome::{Outcome, Status};
 use crate::policy::Policy;
-use crate::registry::Registry;
+use crate::registry::{Registry, ToolSource};
 use crate::tool::{ToolContext, ToolError};
 
 /// A configured agent: a model, tools, limits, context rules, a policy and observers. One agent serves
@@ -38,6 +38,7 @@ use crate::tool::{ToolContext, ToolError};
 pub struct Agent {
     model: Arc<dyn Model>,
     registry: Arc<Registry>,
+    tool_source: Option<Arc<dyn ToolSource>>,
     limits: Limits,
     context: ContextConfig,
     policy: Option<Arc<dyn Policy>>,
@@ -56,6 +57,12 @@ impl AgentBuilder {
     /// The tools.
     pub fn registry(mut self, registry: impl Into<Arc<Registry>>) -> Self {
         self.agent.registry = registry.into();
+        self
+    }
+    /// Tools that may change between steps: asked at the start of each run and after each tool batch
+    /// (replaces [`AgentBuilder::registry`]).
+    pub fn tool_source(mut self, source: Arc<dyn ToolSource>) -> Self {
+        self.agent.tool_source = Some(source);
         self
     }
     /// The limits.
@@ -190,6 +197,7 @@ impl Agent {
             agent: Agent {
                 model,
                 registry: Arc::new(Registry::empty()),
+                tool_source: None,
                 limits: Limits::default(),
                 context: ContextConfig::default(),
                 policy: None,
@@ -252,10 +260,14 @@ impl Agent {
                 None => std::future::pending().await,
             }
         });
+        let mut registry = match &self.tool_source {
+            Some(source) => source.registry().await,
+            None => Arc::clone(&self.registry),
+        };
         let mut journal_error = None;
         let journal: Option<Arc<dyn RunJournal>> = match &self.journal {
             None => None,
-            Some(j) => match j.start(&state, self.registry.specs()).await {
+            Some(j) => match j.start(&state, registry.specs()).await {
                 Ok(rj) => Some(rj),
                 Err(e) => {
                     journal_error = Some(e);
@@ -275,7 +287,7 @@ impl Agent {
             state.interrupt(Status::Aborted, e.to_string(), &self.context);
         }
         if emitter.active() {
-            let tools = self.registry.specs().iter().map(|s| s.name.clone()).collect();
+            let tools = registry.specs().iter().map(|s| s.name.clone()).collect();
             let prompt = self
                 .include_content
                 .then(|| state.transcript().to_vec().first().map(|m| m.content().to_owned()))
@@ -295,7 +307,7 @@ impl Agent {
             if let Some(j) = &journal {
                 journal_sync(j.as_ref(), &state, &mut journaled);
             }
-            match state.next_action(&self.registry, &self.context) {
+            match state.next_action(&registry, &self.context) {
                 Action::Finished => break,
                 Action::CallModel(request) => {
                     if let Some(i) = interrupted(false) {
@@ -344,8 +356,7 @@ impl Agent {
                         .as_ref()
                         .ok()
                         .map(|r| (r.usage, r.tool_calls.len(), self.include_content.then(|| r.text.clone())));
-                    let admission =
-                        state.on_model_response(response, &self.registry, self.policy.as_deref(), &self.context);
+                    let admission = state.on_model_response(response, &registry, self.policy.as_deref(), &self.context);
                     if emitter.active() {
                         match (&admission, summary) {
                             (Admission::Ended(Status::ModelError), _) | (_, None) => {
@@ -374,7 +385,7 @@ impl Agent {
                     let batch: Vec<PlannedCall> = batch.to_vec();
                     let mut slots: Vec<Slot> = vec![Slot::default(); batch.len()];
                     let outcome = {
-                        let work = self.run_batch(&batch, &mut slots, &run_cancel, &mut emitter);
+                        let work = self.run_batch(&registry, &batch, &mut slots, &run_cancel, &mut emitter);
                         tokio::select! {
                             biased;
                             _ = cancel.cancelled() => Some(Interrupt::Cancelled),
@@ -421,6 +432,10 @@ impl Agent {
                     }
                     let results = slots.into_iter().map(|s| s.result).collect();
                     state.record_batch(results, &unfinished, end, &self.context);
+                    // Between steps: tools may have changed (the next model turn sees the new ones).
+                    if let (Some(source), false) = (&self.tool_source, run_cancel.is_cancelled()) {
+                        registry = source.registry().await;
+                    }
                 }
             }
         }
@@ -463,13 +478,14 @@ impl Agent {
     /// concurrently; the rest one by one. Each result lands in its call's slot as soon as it is known.
     async fn run_batch(
         &self,
+        registry: &Registry,
         batch: &[PlannedCall],
         slots: &mut [Slot],
         run_cancel: &CancellationToken,
         emitter: &mut Emitter,
     ) {
         let parallel = |p: &PlannedCall| {
-            matches!(p.plan, Plan::Run) && self.registry.get(&p.call.name).is_some_and(|t| t.parallel_safe())
+            matches!(p.plan, Plan::Run) && registry.get(&p.call.name).is_some_and(|t| t.parallel_safe())
         };
         let mut i = 0;
         while i < batch.len() {
@@ -489,7 +505,7 @@ impl Agent {
             }
             join_all(batch[i..j].iter().zip(slots[i..j].iter_mut()).map(|(p, slot)| async move {
                 let t0 = Instant::now();
-                let result = self.run_call(p, run_cancel).await;
+                let result = self.run_call(registry, p, run_cancel).await;
                 slot.elapsed = t0.elapsed();
                 slot.result = Some(result);
             }))
@@ -510,8 +526,8 @@ impl Agent {
         }
     }
 
-    async fn run_call(&self, p: &PlannedCall, run_cancel: &CancellationToken) -> CallResult {
-        let tool = match (&p.plan, self.registry.get(&p.call.name)) {
+    async fn run_call(&self, registry: &Registry, p: &PlannedCall, run_cancel: &CancellationToken) -> CallResult {
+        let tool = match (&p.plan, registry.get(&p.call.name)) {
             (Plan::Reject { message }, _) => return CallResult { content: message.clone(), is_error: true },
             (Plan::Run, None) => {
                 return CallResult { content: format!("unknown tool {:?}", p.call.name), is_error: true };

@@ -5,11 +5,22 @@
 //! commands ([`sandbox`]). Every path a model gives is resolved beneath one directory handle by the kernel
 //! ([`workspace`]); errors name only workspace-relative paths.
 
+pub mod command;
 pub mod files;
+pub mod output;
+pub mod sandbox;
 pub mod search;
 pub mod workspace;
 
+pub use command::{
+    CommandConfig, CommandError, CommandOutcome, CommandRunner, DEFAULT_ENV_ALLOW, DEFAULT_TIMEOUT, Preset,
+    ResourceLimits, RunCommand, Termination, is_secret_name, parse_duration,
+};
 pub use files::{EditFile, ListDir, ReadFile, Search, WriteFile, file_tools};
+pub use output::{CappedBuffer, DEFAULT_OUTPUT_CAP};
+pub use sandbox::{
+    PreparedSandbox, SandboxError, SandboxMode, SandboxRequest, SandboxSupport, prepare, prepare_with, probe,
+};
 pub use search::{SearchError, SearchMatch, SearchQuery, SearchReport, search};
 pub use workspace::{
     DEFAULT_MAX_READ_BYTES, DEFAULT_PROTECTED, DirEntry, EntryKind, Listing, RelPath, Resolver, Workspace,

@@ -1,0 +1,743 @@
+//! Named command presets and the process lifecycle: `run_command`.
+//!
+//! A model never names an executable and never writes a shell string: it picks a preset by name and, only where
+//! the preset declares a schema for them, passes extra arguments that are checked against it. Each command runs
+//! in its own process group with stdin from `/dev/null`, a cleared environment plus an allow-list, a working
+//! directory inside the workspace (entered with `fchdir` on a handle opened beneath the root), resource limits
+//! set with `setrlimit`, and optionally the OS sandbox ([`crate::sandbox`]). On timeout, cancellation or drop the
+//! whole group is killed, and the output readers get a bounded drain time, so a grandchild that escaped the group
+//! and holds a pipe cannot hang the run. Output is captured per stream up to a byte cap, head and tail kept.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use reins::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncReadExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::output::{CappedBuffer, DEFAULT_OUTPUT_CAP};
+use crate::sandbox::{self, PreparedSandbox, SandboxError, SandboxMode, SandboxRequest};
+use crate::workspace::{RelPath, Workspace};
+
+/// The default command timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long output readers may keep draining after the group was killed or the leader exited.
+pub const DEFAULT_DRAIN: Duration = Duration::from_millis(500);
+/// Environment variables passed by default (when set in the parent), unless they look like secrets.
+pub const DEFAULT_ENV_ALLOW: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "LOGNAME"];
+/// The most arguments a model may pass.
+const MAX_MODEL_ARGS: usize = 64;
+/// The longest model argument, in bytes.
+const MAX_ARG_BYTES: usize = 4096;
+
+/// True for names that look like credentials: containing `KEY`, `SECRET`, `TOKEN` or `PASSWORD` (any case).
+/// Such variables are passed to a command only when a preset names them exactly.
+pub fn is_secret_name(name: &str) -> bool {
+    let up = name.to_ascii_uppercase();
+    ["KEY", "SECRET", "TOKEN", "PASSWORD"].iter().any(|w| up.contains(w))
+}
+
+/// Resource limits applied with `setrlimit` in the child before it executes. `None` leaves the inherited limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ResourceLimits {
+    /// CPU seconds (`RLIMIT_CPU`).
+    pub cpu_seconds: Option<u64>,
+    /// Address space in bytes (`RLIMIT_AS`).
+    pub address_space_bytes: Option<u64>,
+    /// Open files (`RLIMIT_NOFILE`).
+    pub open_files: Option<u64>,
+    /// Processes of the user (`RLIMIT_NPROC`; not enforced for root outside a user namespace).
+    pub processes: Option<u64>,
+    /// Largest file the command may write, in bytes (`RLIMIT_FSIZE`).
+    pub file_size_bytes: Option<u64>,
+}
+
+impl Default for ResourceLimits {
+    fn default() -> Self {
+        Self {
+            cpu_seconds: None,
+            address_space_bytes: None,
+            open_files: Some(1024),
+            processes: None,
+            file_size_bytes: Some(1 << 30),
+        }
+    }
+}
+
+impl ResourceLimits {
+    fn pairs(&self) -> Vec<(libc::__rlimit_resource_t, u64)> {
+        let mut v = Vec::new();
+        let mut add = |r, x: Option<u64>| {
+            if let Some(x) = x {
+                v.push((r, x));
+            }
+        };
+        add(libc::RLIMIT_CPU, self.cpu_seconds);
+        add(libc::RLIMIT_AS, self.address_space_bytes);
+        add(libc::RLIMIT_NOFILE, self.open_files);
+        add(libc::RLIMIT_NPROC, self.processes);
+        add(libc::RLIMIT_FSIZE, self.file_size_bytes);
+        v
+    }
+}
+
+/// A named command the model may run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Preset {
+    /// The name the model uses (`^[A-Za-z][A-Za-z0-9_.-]{0,63}$`).
+    pub name: String,
+    /// What it does, for the model.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The program: a path, or a name looked up in `PATH` when the runner is built.
+    pub program: String,
+    /// Fixed arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// A JSON Schema for the array of extra arguments the model may append. Without it, the model may pass none.
+    #[serde(default)]
+    pub arg_schema: Option<serde_json::Value>,
+    /// The working directory, relative to the workspace root (default: the root).
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// The timeout (default: the runner's).
+    #[serde(default, with = "opt_duration")]
+    pub timeout: Option<Duration>,
+    /// Extra environment variables to pass from the parent. Naming a secret-looking variable here passes it.
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// Variables set to fixed values.
+    #[serde(default)]
+    pub set_env: BTreeMap<String, String>,
+    /// Resource limits (default: the runner's).
+    #[serde(default)]
+    pub limits: Option<ResourceLimits>,
+    /// The output cap per stream in bytes (default: the runner's).
+    #[serde(default)]
+    pub output_cap: Option<usize>,
+    /// Whether the sandboxed command may use the network.
+    #[serde(default)]
+    pub network: bool,
+}
+
+impl Preset {
+    /// A preset running `program` with fixed `args`, no model arguments, and defaults elsewhere.
+    pub fn new(name: impl Into<String>, program: impl Into<String>, args: Vec<String>) -> Self {
+        Self {
+            name: name.into(),
+            description: None,
+            program: program.into(),
+            args,
+            arg_schema: None,
+            cwd: None,
+            timeout: None,
+            env: Vec::new(),
+            set_env: BTreeMap::new(),
+            limits: None,
+            output_cap: None,
+            network: false,
+        }
+    }
+}
+
+mod opt_duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&format!("{}ms", d.as_millis())),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let s: Option<String> = Option::deserialize(d)?;
+        s.map(|s| parse_duration(&s).map_err(serde::de::Error::custom)).transpose()
+    }
+
+    /// Parses `10s`, `500ms`, `2m`, `1h`, or plain seconds.
+    pub fn parse_duration(s: &str) -> Result<Duration, String> {
+        let s = s.trim();
+        let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len()));
+        let n: f64 = num.parse().map_err(|_| format!("invalid duration `{s}` (use e.g. 10s, 500ms, 2m)"))?;
+        let secs = match unit.trim() {
+            "" | "s" => n,
+            "ms" => n / 1000.0,
+            "m" | "min" => n * 60.0,
+            "h" => n * 3600.0,
+            _ => return Err(format!("invalid duration unit in `{s}` (use ms, s, m or h)")),
+        };
+        if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 * 7.0 {
+            return Err(format!("duration `{s}` must be positive and at most a week"));
+        }
+        Ok(Duration::from_secs_f64(secs))
+    }
+}
+
+pub use opt_duration::parse_duration;
+
+/// Defaults shared by every preset of a runner.
+#[derive(Clone, Debug)]
+pub struct CommandConfig {
+    /// Timeout for presets that set none.
+    pub timeout: Duration,
+    /// Drain time after the kill.
+    pub drain: Duration,
+    /// Output cap per stream, in bytes.
+    pub output_cap: usize,
+    /// Resource limits for presets that set none.
+    pub limits: ResourceLimits,
+    /// Variables passed from the parent (secret-looking names are still withheld unless a preset names them).
+    pub env_allow: Vec<String>,
+    /// The sandbox: required (fail closed), best effort (accept weaker isolation), or off.
+    pub sandbox: SandboxMode,
+}
+
+impl Default for CommandConfig {
+    fn default() -> Self {
+        Self {
+            timeout: DEFAULT_TIMEOUT,
+            drain: DEFAULT_DRAIN,
+            output_cap: DEFAULT_OUTPUT_CAP,
+            limits: ResourceLimits::default(),
+            env_allow: DEFAULT_ENV_ALLOW.iter().map(|s| (*s).to_owned()).collect(),
+            sandbox: SandboxMode::Required,
+        }
+    }
+}
+
+/// Why a preset set or a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// A preset is invalid (for the operator).
+    #[error("preset `{name}`: {message}")]
+    BadPreset {
+        /// The preset.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Two presets share a name.
+    #[error("duplicate preset `{0}`")]
+    Duplicate(String),
+    /// The model named no known preset.
+    #[error("unknown command `{0}`; available: {1}")]
+    Unknown(String, String),
+    /// The model's arguments were refused.
+    #[error("arguments refused for `{name}`: {message}")]
+    Args {
+        /// The preset.
+        name: String,
+        /// Why.
+        message: String,
+    },
+    /// The sandbox could not be set up, or the host cannot give the isolation asked for.
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+    /// The process could not be started.
+    #[error("cannot start `{name}`: {message}")]
+    Spawn {
+        /// The preset.
+        name: String,
+        /// Why (an OS message).
+        message: String,
+    },
+    /// The working directory is not usable.
+    #[error("working directory of `{name}`: {message}")]
+    Cwd {
+        /// The preset.
+        name: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// How a command ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Termination {
+    /// It exited with this code.
+    Exited {
+        /// The exit code.
+        code: i32,
+    },
+    /// A signal ended it.
+    Signaled {
+        /// The signal number.
+        signal: i32,
+    },
+    /// Its timeout passed; the group was killed.
+    TimedOut,
+    /// The run was cancelled; the group was killed.
+    Cancelled,
+}
+
+/// What a command produced.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CommandOutcome {
+    /// The preset.
+    pub command: String,
+    /// How it ended.
+    pub termination: Termination,
+    /// Standard output (head and tail, lossily decoded).
+    pub stdout: String,
+    /// Standard error (head and tail, lossily decoded).
+    pub stderr: String,
+    /// Bytes of standard output dropped from the middle.
+    pub stdout_dropped: u64,
+    /// Bytes of standard error dropped from the middle.
+    pub stderr_dropped: u64,
+    /// Wall-clock milliseconds.
+    pub duration_ms: u64,
+    /// What isolation applied.
+    pub sandbox: String,
+}
+
+struct Compiled {
+    preset: Preset,
+    program: PathBuf,
+    cwd: RelPath,
+    validator: Option<jsonschema::Validator>,
+}
+
+/// Runs presets in a workspace. Cheap to share behind an `Arc`.
+pub struct CommandRunner {
+    ws: Arc<Workspace>,
+    presets: BTreeMap<String, Compiled>,
+    config: CommandConfig,
+}
+
+fn valid_preset_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= 64
+        && chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+fn find_program(program: &str) -> Option<PathBuf> {
+    if program.contains('/') {
+        return Some(PathBuf::from(program));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(program)).find(|p| {
+        std::fs::metadata(p)
+            .is_ok_and(|m| m.is_file() && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0)
+    })
+}
+
+static RUN_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Kills the process group when dropped (timeout, cancellation, or the future being dropped).
+struct GroupGuard {
+    pgid: Option<i32>,
+}
+
+impl GroupGuard {
+    fn kill(&mut self) {
+        if let Some(pgid) = self.pgid.take() {
+            kill_group(pgid);
+        }
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn kill_group(pgid: i32) {
+    if pgid > 1 {
+        // SAFETY: killpg only sends a signal; pgid is the id of a group we created (the child's own pid, set by
+        // process_group(0)), and a value > 1 never addresses every process.
+        unsafe {
+            libc::killpg(pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// A private temporary directory, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn create() -> std::io::Result<Self> {
+        let n = RUN_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("reins-cmd-{}-{n}", std::process::id()));
+        std::fs::DirBuilder::new().mode(0o700).create(&path)?;
+        Ok(Self(path))
+    }
+}
+
+use std::os::unix::fs::DirBuilderExt;
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl CommandRunner {
+    /// Builds a runner; every preset is checked here (names, programs, schemas, working directories).
+    pub fn new(ws: Arc<Workspace>, presets: Vec<Preset>, config: CommandConfig) -> Result<Self, CommandError> {
+        let mut map = BTreeMap::new();
+        for preset in presets {
+            let bad = |m: &str| CommandError::BadPreset { name: preset.name.clone(), message: m.to_owned() };
+            if !valid_preset_name(&preset.name) {
+                return Err(bad("names start with a letter and use letters, digits, `_`, `-`, `.` (at most 64)"));
+            }
+            if map.contains_key(&preset.name) {
+                return Err(CommandError::Duplicate(preset.name));
+            }
+            if preset.program.is_empty()
+                || preset.program.contains('\0')
+                || preset.args.iter().any(|a| a.contains('\0'))
+            {
+                return Err(bad("the program must be non-empty and no word may contain NUL"));
+            }
+            let program = find_program(&preset.program)
+                .ok_or_else(|| bad(&format!("program `{}` was not found in PATH", preset.program)))?;
+            let cwd = RelPath::parse(preset.cwd.as_deref().unwrap_or(".")).map_err(|e| bad(&format!("cwd: {e}")))?;
+            let validator = match &preset.arg_schema {
+                Some(schema) => Some(jsonschema::validator_for(schema).map_err(|e| bad(&format!("arg_schema: {e}")))?),
+                None => None,
+            };
+            if preset.output_cap == Some(0) {
+                return Err(bad("output_cap must be positive"));
+            }
+            for name in preset.env.iter().chain(preset.set_env.keys()) {
+                if name.is_empty() || name.contains('=') || name.contains('\0') {
+                    return Err(bad(&format!("invalid environment variable name `{name}`")));
+                }
+            }
+            map.insert(preset.name.clone(), Compiled { preset, program, cwd, validator });
+        }
+        Ok(Self { ws, presets: map, config })
+    }
+
+    /// The workspace.
+    pub fn workspace(&self) -> &Arc<Workspace> {
+        &self.ws
+    }
+
+    /// The presets, by name.
+    pub fn presets(&self) -> impl Iterator<Item = &Preset> {
+        self.presets.values().map(|c| &c.preset)
+    }
+
+    /// The runner's defaults.
+    pub fn config(&self) -> &CommandConfig {
+        &self.config
+    }
+
+    /// The environment a preset's command gets.
+    pub fn environment(&self, preset: &Preset) -> Vec<(String, OsString)> {
+        let mut out: BTreeMap<String, OsString> = BTreeMap::new();
+        let explicit: BTreeSet<&str> = preset.env.iter().map(String::as_str).collect();
+        for (name, value) in std::env::vars_os() {
+            let Some(name) = name.to_str() else { continue };
+            let allowed_default = self.config.env_allow.iter().any(|p| env_pattern_matches(p, name));
+            let pass = explicit.contains(name) || (allowed_default && !is_secret_name(name));
+            if pass {
+                out.insert(name.to_owned(), value);
+            }
+        }
+        for (k, v) in &preset.set_env {
+            out.insert(k.clone(), OsString::from(v));
+        }
+        out.into_iter().collect()
+    }
+
+    /// Runs the preset `name` with the model's `args`.
+    pub async fn run(
+        &self,
+        name: &str,
+        args: &[String],
+        cancel: &CancellationToken,
+    ) -> Result<CommandOutcome, CommandError> {
+        let compiled = self.presets.get(name).ok_or_else(|| {
+            CommandError::Unknown(name.to_owned(), self.presets.keys().cloned().collect::<Vec<_>>().join(", "))
+        })?;
+        let preset = &compiled.preset;
+        self.check_args(compiled, args)?;
+        let timeout = preset.timeout.unwrap_or(self.config.timeout);
+        let cap = preset.output_cap.unwrap_or(self.config.output_cap);
+        let limits = preset.limits.unwrap_or(self.config.limits).pairs();
+
+        let cwd_fd: OwnedFd = self
+            .ws
+            .open_dir(&compiled.cwd)
+            .map_err(|e| CommandError::Cwd { name: name.to_owned(), message: e.to_string() })?;
+        let tmp = TempDir::create()
+            .map_err(|e| CommandError::Spawn { name: name.to_owned(), message: format!("temporary directory: {e}") })?;
+
+        let mut prepared = match self.config.sandbox {
+            SandboxMode::Off => None,
+            mode => Some(sandbox::prepare(
+                &SandboxRequest { workspace: self.ws.clone(), writable: vec![tmp.0.clone()], network: preset.network },
+                mode,
+            )?),
+        };
+        let summary = prepared.as_ref().map(PreparedSandbox::summary).unwrap_or_else(|| "off".to_owned());
+
+        let mut cmd = tokio::process::Command::new(&compiled.program);
+        cmd.args(&preset.args)
+            .args(args)
+            .env_clear()
+            .envs(self.environment(preset))
+            .env("TMPDIR", &tmp.0)
+            .current_dir(self.ws.host_root())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let raw_cwd = cwd_fd.as_raw_fd();
+        let mut sandbox_state = prepared.take();
+        // SAFETY: the closure runs in the forked child before exec. It only makes async-signal-safe system calls
+        // (fchdir, setrlimit, and in the sandbox unshare/open/write/mount/prctl/landlock/seccomp) on data that was
+        // fully prepared, allocated and validated in the parent; it allocates nothing and takes no lock.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::fchdir(raw_cwd) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                for &(resource, value) in &limits {
+                    let lim = libc::rlimit { rlim_cur: value, rlim_max: value };
+                    if libc::setrlimit(resource, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                if let Some(sb) = sandbox_state.as_mut() {
+                    sb.enter()?;
+                }
+                Ok(())
+            });
+        }
+
+        let started = Instant::now();
+        let mut child =
+            cmd.spawn().map_err(|e| CommandError::Spawn { name: name.to_owned(), message: spawn_message(&e) })?;
+        drop(cwd_fd);
+        let pgid = child.id().map(|p| p as i32);
+        let mut guard = GroupGuard { pgid };
+        let out_buf = Arc::new(Mutex::new(CappedBuffer::new(cap)));
+        let err_buf = Arc::new(Mutex::new(CappedBuffer::new(cap)));
+        let mut readers = tokio::task::JoinSet::new();
+        if let Some(s) = child.stdout.take() {
+            readers.spawn(pump(s, out_buf.clone()));
+        }
+        if let Some(s) = child.stderr.take() {
+            readers.spawn(pump(s, err_buf.clone()));
+        }
+
+        enum End {
+            Exit(std::io::Result<std::process::ExitStatus>),
+            TimedOut,
+            Cancelled,
+        }
+        let end = tokio::select! {
+            s = child.wait() => End::Exit(s),
+            _ = tokio::time::sleep(timeout) => End::TimedOut,
+            _ = cancel.cancelled() => End::Cancelled,
+        };
+        // Kill the whole group: on timeout and cancellation, and any stragglers after a normal exit.
+        guard.kill();
+        let termination = match end {
+            End::Exit(Ok(status)) => match (status.code(), status.signal()) {
+                (Some(code), _) => Termination::Exited { code },
+                (None, Some(signal)) => Termination::Signaled { signal },
+                (None, None) => Termination::Exited { code: -1 },
+            },
+            End::Exit(Err(e)) => {
+                return Err(CommandError::Spawn { name: name.to_owned(), message: format!("wait failed: {e}") });
+            }
+            End::TimedOut => {
+                let _ = child.wait().await;
+                Termination::TimedOut
+            }
+            End::Cancelled => {
+                let _ = child.wait().await;
+                Termination::Cancelled
+            }
+        };
+        let drain = tokio::time::timeout(self.config.drain, async { while readers.join_next().await.is_some() {} });
+        if drain.await.is_err() {
+            readers.abort_all();
+        }
+        let duration_ms = started.elapsed().as_millis() as u64;
+        let (stdout, stdout_dropped) = snapshot(&out_buf);
+        let (stderr, stderr_dropped) = snapshot(&err_buf);
+        drop(tmp);
+        Ok(CommandOutcome {
+            command: name.to_owned(),
+            termination,
+            stdout,
+            stderr,
+            stdout_dropped,
+            stderr_dropped,
+            duration_ms,
+            sandbox: summary,
+        })
+    }
+
+    fn check_args(&self, compiled: &Compiled, args: &[String]) -> Result<(), CommandError> {
+        let name = &compiled.preset.name;
+        let refuse = |m: String| CommandError::Args { name: name.clone(), message: m };
+        let Some(validator) = &compiled.validator else {
+            if args.is_empty() {
+                return Ok(());
+            }
+            return Err(refuse("this command takes no arguments".into()));
+        };
+        if args.len() > MAX_MODEL_ARGS {
+            return Err(refuse(format!("at most {MAX_MODEL_ARGS} arguments")));
+        }
+        if let Some(a) = args.iter().find(|a| a.contains('\0') || a.len() > MAX_ARG_BYTES) {
+            let shown: String = a.chars().take(40).collect();
+            return Err(refuse(format!(
+                "argument `{}` contains NUL or exceeds {MAX_ARG_BYTES} bytes",
+                shown.replace('\0', "\\0")
+            )));
+        }
+        let value = serde_json::Value::from(args.to_vec());
+        let errors: Vec<String> = validator
+            .iter_errors(&value)
+            .take(5)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                if at.is_empty() { e.to_string() } else { format!("{at}: {e}") }
+            })
+            .collect();
+        if errors.is_empty() { Ok(()) } else { Err(refuse(errors.join("; "))) }
+    }
+}
+
+fn env_pattern_matches(pattern: &str, name: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => pattern == name,
+    }
+}
+
+fn spawn_message(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(code) => crate::workspace::io_message(rustix::io::Errno::from_raw_os_error(code)),
+        None => e.kind().to_string(),
+    }
+}
+
+async fn pump<R: tokio::io::AsyncRead + Unpin>(mut r: R, buf: Arc<Mutex<CappedBuffer>>) {
+    let mut chunk = [0u8; 8192];
+    loop {
+        match r.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => match buf.lock() {
+                Ok(mut b) => b.push(&chunk[..n]),
+                Err(_) => return,
+            },
+        }
+    }
+}
+
+fn snapshot(buf: &Arc<Mutex<CappedBuffer>>) -> (String, u64) {
+    match buf.lock() {
+        Ok(b) => (b.render(), b.dropped()),
+        Err(_) => (String::new(), 0),
+    }
+}
+
+/// Arguments of `run_command`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunArgs {
+    command: String,
+    #[serde(default)]
+    args: Vec<String>,
+}
+
+/// The `run_command` tool over a [`CommandRunner`].
+pub struct RunCommand {
+    runner: Arc<CommandRunner>,
+    spec: ToolSpec,
+}
+
+impl RunCommand {
+    /// The tool; its schema enumerates the runner's presets.
+    pub fn new(runner: Arc<CommandRunner>) -> Self {
+        let names: Vec<&str> = runner.presets.keys().map(String::as_str).collect();
+        let mut description = String::from(
+            "Run one of the named commands (presets) in the workspace. Never a shell: pick `command` by name; pass \
+             `args` only to commands that accept them. Returns the exit status, stdout and stderr. Commands:",
+        );
+        for c in runner.presets.values() {
+            let p = &c.preset;
+            description.push_str(&format!(
+                "\n- {}: {}{}",
+                p.name,
+                p.description.clone().unwrap_or_else(|| format!("runs `{}`", shown_command(p))),
+                if c.validator.is_some() { " (accepts args)" } else { " (no args)" }
+            ));
+        }
+        let spec = ToolSpec {
+            name: "run_command".into(),
+            description,
+            input_schema: serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "command": {"type": "string", "enum": names, "description": "The preset to run."},
+                    "args": {"type": "array", "items": {"type": "string"}, "maxItems": MAX_MODEL_ARGS,
+                             "description": "Extra arguments, for presets that accept them."}
+                },
+                "required": ["command"],
+                "additionalProperties": false
+            }),
+        };
+        Self { runner, spec }
+    }
+}
+
+fn shown_command(p: &Preset) -> String {
+    let mut words = vec![p.program.clone()];
+    words.extend(p.args.iter().cloned());
+    words.join(" ")
+}
+
+#[async_trait]
+impl Tool for RunCommand {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, arguments: serde_json::Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: RunArgs =
+            serde_json::from_value(arguments).map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+        match self.runner.run(&args.command, &args.args, &ctx.cancel).await {
+            Ok(outcome) => match outcome.termination {
+                Termination::Cancelled => Err(ToolError::Cancelled),
+                Termination::TimedOut => Err(ToolError::Failed(format!(
+                    "command `{}` timed out and was killed; partial output: {}",
+                    outcome.command,
+                    serde_json::to_string(&outcome).unwrap_or_default()
+                ))),
+                _ => Ok(ToolOutput::Json(serde_json::to_value(&outcome).unwrap_or_default())),
+            },
+            Err(e @ (CommandError::Unknown(..) | CommandError::Args { .. })) => {
+                Err(ToolError::InvalidArguments(e.to_string()))
+            }
+            Err(e) => Err(ToolError::Failed(e.to_string())),
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! The fuzz targets' checks (`/fuzz`, cargo-fuzz on nightly) run as property tests on stable, so CI
+//! exercises them: random bytes and random JSON never panic the response validator, the script parser
+//! or the context selector, and what they accept holds the invariants.
+
+mod fuzz_support;
+
+use fuzz_support::{Reached, check_response_bytes, check_response_value, check_selection, check_selector_bytes};
+use proptest::prelude::*;
+use reins::{Message, ToolCall};
+use serde_json::{Value, json};
+
+/// Keys that responses, calls, usage and script turns use, so that random objects reach deep paths.
+const KEYS: &[&str] = &[
+    "content",
+    "text",
+    "tool_calls",
+    "usage",
+    "reasoning",
+    "finish_reason",
+    "id",
+    "name",
+    "arguments",
+    "input_tokens",
+    "output_tokens",
+    "cached_input_tokens",
+    "reasoning_tokens",
+    "error",
+    "raw",
+    "delay_ms",
+    "x",
+];
+
+fn json_leaf() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        prop_oneof![Just(0u64), Just(1), Just(u64::MAX), Just(u64::MAX / 2 + 1)].prop_map(Value::from),
+        any::<f64>().prop_map(Value::from),
+        prop_oneof![Just(String::new()), "[a-z0-9]{1,4}", "\\PC{0,12}", Just("stop".to_owned())].prop_map(Value::from),
+    ]
+}
+
+fn json_value() -> impl Strategy<Value = Value> {
+    json_leaf().prop_recursive(4, 48, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+            prop::collection::vec((prop::sample::select(KEYS), inner), 0..6)
+                .prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())),
+        ]
+    })
+}
+
+/// A response-shaped object whose fields are mostly well formed, each sometimes not.
+fn response_like() -> impl Strategy<Value = Value> {
+    let call = (
+        prop_oneof![8 => "[a-z0-9]{1,3}".prop_map(Value::from), 1 => Just(json!("")), 1 => json_leaf()],
+        prop_oneof![8 => Just(json!("echo")), 1 => Just(json!("")), 1 => json_leaf()],
+        prop_oneof![8 => json_value().prop_map(Some), 1 => Just(None)],
+    )
+        .prop_map(|(id, name, args)| {
+            let mut m = serde_json::Map::new();
+            m.insert("id".into(), id);
+            m.insert("name".into(), name);
+            if let Some(a) = args {
+                m.insert("arguments".into(), a);
+            }
+            Value::Object(m)
+        });
+    let count = prop_oneof![8 => (0u64..1_000_000).prop_map(Value::from), 1 => json_leaf()];
+    (
+        prop::option::of(prop_oneof![8 => "\\PC{0,8}".prop_map(Value::from), 1 => json_leaf()]),
+        prop::option::of(prop_oneof![8 => prop::collection::vec(call, 0..4).prop_map(Value::Array), 1 => json_leaf()]),
+        prop::option::of((count.clone(), count).prop_map(|(i, o)| json!({"input_tokens": i, "output_tokens": o}))),
+    )
+        .prop_map(|(content, calls, usage)| {
+            let mut m = serde_json::Map::new();
+            for (k, v) in [("content", content), ("tool_calls", calls), ("usage", usage)] {
+                if let Some(v) = v {
+                    m.insert(k.into(), v);
+                }
+            }
+            Value::Object(m)
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_bytes_never_panic_the_response_validator(data in prop::collection::vec(any::<u8>(), 0..256)) {
+        check_response_bytes(&data);
+    }
+
+    #[test]
+    fn random_json_never_panics_the_response_validator(v in json_value()) {
+        check_response_value(&v);
+        check_response_bytes(v.to_string().as_bytes());
+    }
+
+    #[test]
+    fn response_shaped_json_is_accepted_only_when_well_formed(v in response_like()) {
+        check_response_value(&v);
+        check_response_bytes(serde_json::json!([v]).to_string().as_bytes());
+    }
+
+    #[test]
+    fn random_bytes_never_panic_the_context_selector(data in prop::collection::vec(any::<u8>(), 0..384)) {
+        let _ = check_selector_bytes(&data);
+    }
+
+    /// Coherent transcripts of random groups: every budget gives a valid selection or a justified refusal.
+    #[test]
+    fn coherent_transcripts_select_whole_groups_within_budget(
+        groups in prop::collection::vec((0usize..60, prop::collection::vec(0usize..120, 0..4)), 0..24),
+        budget in prop::option::of(0u64..3000),
+    ) {
+        let mut messages = vec![Message::user("prompt")];
+        for (g, (text, results)) in groups.iter().enumerate() {
+            let calls: Vec<ToolCall> = (0..results.len())
+                .map(|i| ToolCall::new(format!("{g}-{i}"), "echo", json!({"text": "é".repeat(i)})))
+                .collect();
+            messages.push(Message::assistant("a".repeat(*text), calls));
+            for (i, len) in results.iter().enumerate() {
+                messages.push(Message::tool_result(format!("{g}-{i}"), "😀".repeat(*len), false));
+            }
+        }
+        let _ = check_selection(budget, messages);
+    }
+}
+
+/// The byte decoder the fuzz target uses reaches every path: incoherent lists, whole and partial
+/// selections, and refusals (a decoder that only made incoherent lists would test nothing).
+#[test]
+fn the_decoder_reaches_every_selection_path() {
+    let mut seen = std::collections::HashMap::new();
+    let mut state = 0x243F_6A88_85A3_08D3u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for _ in 0..4000 {
+        let len = (next() % 96) as usize;
+        let data: Vec<u8> = (0..len).map(|_| (next() >> 24) as u8).collect();
+        *seen.entry(check_selector_bytes(&data)).or_insert(0usize) += 1;
+    }
+    for path in [Reached::Incoherent, Reached::SelectedAll, Reached::SelectedPart, Reached::Refused] {
+        assert!(seen.get(&path).copied().unwrap_or(0) >= 20, "path {path:?} reached too rarely: {seen:?}");
+    }
+}
+
+/// An orphan result and a budget below the first message are each refused, not selected.
+#[test]
+fn incoherent_lists_and_tiny_budgets_are_refused() {
+    let orphan = vec![Message::user("p"), Message::tool_result("x", "r", false)];
+    assert_eq!(check_selection(Some(100), orphan), Reached::Incoherent);
+    assert_eq!(check_selection(Some(3), vec![Message::user("prompt")]), Reached::Refused);
+    let two = vec![Message::user("p"), Message::assistant("aaaa", Vec::new()), Message::assistant("bb", Vec::new())];
+    assert_eq!(check_selection(Some(4), two.clone()), Reached::SelectedPart);
+    assert_eq!(check_selection(None, two), Reached::SelectedAll);
+}
+
+/// The response-shaped generator reaches both sides: accepted responses with calls, and refusals.
+#[test]
+fn response_shaped_values_are_both_accepted_and_refused() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::deterministic();
+    let (mut accepted_with_calls, mut refused) = (0, 0);
+    for _ in 0..2000 {
+        let Ok(tree) = response_like().new_tree(&mut runner) else { continue };
+        match reins::parse_response(&tree.current()) {
+            Ok(r) if !r.tool_calls.is_empty() => accepted_with_calls += 1,
+            Ok(_) => {}
+            Err(_) => refused += 1,
+        }
+    }
+    eprintln!("accepted with calls {accepted_with_calls}, refused {refused}");
+    assert!(accepted_with_calls >= 100, "only {accepted_with_calls} accepted responses with calls");
+    assert!(refused >= 100, "only {refused} refused responses");
+}

@@ -1,0 +1,306 @@
+//! Anthropic Messages (`POST {base}/v1/messages`).
+
+use std::collections::BTreeMap;
+
+use reins::{FinishReason, Message, ModelRequest, ModelResponse, ToolCall, Usage};
+use serde_json::{Map, Value, json};
+
+use crate::provider::{Settings, ToolChoice};
+use crate::sse::SseEvent;
+use crate::wire::{Emit, Failure, count, error_object, event_json, parse_arguments, schema_object, str_at, usage};
+
+/// The `anthropic-version` header sent with every request.
+pub const API_VERSION: &str = "2023-06-01";
+
+/// The output cap sent when none is configured and the model is unknown (the API requires one).
+pub const DEFAULT_MAX_TOKENS: u64 = 4096;
+
+/// Tool-use input must be an object; arguments that were not (unparseable text) go back as `{}`.
+fn input_object(args: &Value) -> Value {
+    match args {
+        Value::Object(_) => args.clone(),
+        Value::String(s) => match parse_arguments(s) {
+            v @ Value::Object(_) => v,
+            _ => json!({}),
+        },
+        _ => json!({}),
+    }
+}
+
+/// Appends user content, merging with a preceding user message (tool results and a prompt share one).
+fn push_user(messages: &mut Vec<Value>, block: Value) {
+    if let Some(last) = messages.last_mut() {
+        if last["role"] == "user" {
+            if let Value::String(s) = &last["content"] {
+                last["content"] = json!([{"type": "text", "text": s}]);
+            }
+            if let Some(blocks) = last["content"].as_array_mut() {
+                blocks.push(block);
+                return;
+            }
+        }
+    }
+    messages.push(json!({"role": "user", "content": [block]}));
+}
+
+/// The request body.
+pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
+    let mut messages: Vec<Value> = Vec::with_capacity(req.messages.len());
+    for m in req.messages.iter() {
+        match m {
+            Message::User { content } => {
+                if messages.last().is_some_and(|l| l["role"] == "user") {
+                    push_user(&mut messages, json!({"type": "text", "text": content}));
+                } else {
+                    messages.push(json!({"role": "user", "content": content}));
+                }
+            }
+            Message::Assistant { content, tool_calls } => {
+                let mut blocks = Vec::new();
+                if !content.is_empty() {
+                    blocks.push(json!({"type": "text", "text": content}));
+                }
+                for c in tool_calls {
+                    blocks.push(json!({"type": "tool_use", "id": c.id, "name": c.name,
+                                       "input": input_object(&c.arguments)}));
+                }
+                // The API refuses empty assistant content; an empty turn carries nothing anyway.
+                if !blocks.is_empty() {
+                    messages.push(json!({"role": "assistant", "content": blocks}));
+                }
+            }
+            Message::ToolResult(r) => {
+                let mut block = json!({"type": "tool_result", "tool_use_id": r.call_id, "content": r.content});
+                if r.is_error {
+                    block["is_error"] = true.into();
+                }
+                push_user(&mut messages, block);
+            }
+        }
+    }
+    let mut b = Map::new();
+    b.insert("model".into(), s.model.clone().into());
+    let max_tokens = s
+        .max_output_tokens
+        .map(u64::from)
+        .or_else(|| crate::pricing::model_info(&s.model).map(|i| i.max_output_tokens.min(32_000)))
+        .unwrap_or(DEFAULT_MAX_TOKENS);
+    b.insert("max_tokens".into(), max_tokens.into());
+    if let Some(system) = &s.system {
+        b.insert("system".into(), system.clone().into());
+    }
+    b.insert("messages".into(), messages.into());
+    if !req.tools.is_empty() {
+        let tools = req
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": schema_object(&t.input_schema)}))
+            .collect::<Vec<_>>();
+        b.insert("tools".into(), tools.into());
+        match &s.tool_choice {
+            ToolChoice::Auto => {}
+            ToolChoice::Required => {
+                b.insert("tool_choice".into(), json!({"type": "any"}));
+            }
+            ToolChoice::None => {
+                b.insert("tool_choice".into(), json!({"type": "none"}));
+            }
+            ToolChoice::Tool(name) => {
+                b.insert("tool_choice".into(), json!({"type": "tool", "name": name}));
+            }
+        }
+    }
+    if let Some(t) = s.temperature {
+        b.insert("temperature".into(), json!(t));
+    }
+    b.insert("stream".into(), stream.into());
+    for (k, v) in &s.extra_body {
+        b.insert(k.clone(), v.clone());
+    }
+    Value::Object(b)
+}
+
+fn stop_reason(r: &str) -> FinishReason {
+    match r {
+        "end_turn" | "stop_sequence" => FinishReason::Stop,
+        "tool_use" => FinishReason::ToolCalls,
+        "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
+        "refusal" => FinishReason::Refusal,
+        other => FinishReason::Other(other.to_owned()),
+    }
+}
+
+/// Input counts all of it: uncached, read from the cache, and written to it. Reasoning is the
+/// `thinking_tokens` of `output_tokens_details`, where the API reports them.
+fn parse_usage(u: &Value) -> Option<Usage> {
+    if !u.is_object() {
+        return None;
+    }
+    let cached = count(u, &["cache_read_input_tokens"]);
+    let input =
+        count(u, &["input_tokens"]).saturating_add(cached).saturating_add(count(u, &["cache_creation_input_tokens"]));
+    Some(usage(input, count(u, &["output_tokens"]), cached, count(u, &["output_tokens_details", "thinking_tokens"])))
+}
+
+#[derive(Clone, Debug)]
+enum Block {
+    Text(String),
+    Thinking(String),
+    ToolUse { id: String, name: String, json: String, input: Option<Value> },
+    Other,
+}
+
+fn block_of(v: &Value) -> Block {
+    match str_at(v, "type") {
+        "text" => Block::Text(str_at(v, "text").to_owned()),
+        "thinking" => Block::Thinking(str_at(v, "thinking").to_owned()),
+        "tool_use" => Block::ToolUse {
+            id: str_at(v, "id").to_owned(),
+            name: str_at(v, "name").to_owned(),
+            json: String::new(),
+            input: v.get("input").cloned(),
+        },
+        _ => Block::Other,
+    }
+}
+
+fn assemble(blocks: impl IntoIterator<Item = Block>, stop: Option<&str>, usage: Option<Usage>) -> ModelResponse {
+    let (mut text, mut reasoning, mut tool_calls) = (String::new(), Vec::new(), Vec::new());
+    for b in blocks {
+        match b {
+            Block::Text(t) => text.push_str(&t),
+            Block::Thinking(t) if !t.is_empty() => reasoning.push(t),
+            Block::ToolUse { id, name, json, input } => {
+                // Streamed input arrives as JSON text; a complete response has the object.
+                let arguments = if !json.trim().is_empty() {
+                    parse_arguments(&json)
+                } else {
+                    match input {
+                        Some(Value::Null) | None => json!({}),
+                        Some(other) => other,
+                    }
+                };
+                let id = if id.is_empty() { format!("toolu_{}", tool_calls.len()) } else { id };
+                tool_calls.push(ToolCall::new(id, name, arguments));
+            }
+            Block::Thinking(_) | Block::Other => {}
+        }
+    }
+    ModelResponse {
+        text,
+        tool_calls,
+        usage,
+        reasoning: (!reasoning.is_empty()).then(|| reasoning.join("\n\n")),
+        finish_reason: stop.map(stop_reason),
+    }
+}
+
+/// Parses a complete (non-streamed) response.
+pub(crate) fn parse(v: &Value) -> Result<ModelResponse, Failure> {
+    if str_at(v, "type") == "error" || v["error"].is_object() {
+        return Err(error_object(&v["error"]));
+    }
+    let Some(content) = v["content"].as_array() else {
+        return Err(Failure::malformed("the response has no content"));
+    };
+    Ok(assemble(content.iter().map(block_of), v["stop_reason"].as_str(), parse_usage(&v["usage"])))
+}
+
+/// Assembles a streamed response from its events.
+#[derive(Default)]
+pub(crate) struct Stream {
+    blocks: BTreeMap<u64, Block>,
+    /// Block index of each tool use → its 0-based position among the calls.
+    call_positions: BTreeMap<u64, usize>,
+    usage: Option<Value>,
+    stop: Option<String>,
+    done: bool,
+}
+
+impl Stream {
+    /// Takes one event; returns true once the message is complete (`message_stop`).
+    pub fn on_event(&mut self, ev: &SseEvent, emit: &mut Emit) -> Result<bool, Failure> {
+        let v = event_json(&ev.event, &ev.data)?;
+        let kind = match str_at(&v, "type") {
+            "" => ev.event.as_str(),
+            t => t,
+        };
+        let index = v["index"].as_u64().unwrap_or(0);
+        match kind {
+            "message_start" if v["message"]["usage"].is_object() => {
+                self.usage = Some(v["message"]["usage"].clone());
+            }
+            "content_block_start" => {
+                let block = block_of(&v["content_block"]);
+                match &block {
+                    Block::Text(t) => emit.text(t),
+                    Block::Thinking(t) => emit.reasoning(t),
+                    Block::ToolUse { id, name, .. } => {
+                        let pos = self.call_positions.len();
+                        self.call_positions.insert(index, pos);
+                        emit.call(pos, id, name);
+                    }
+                    Block::Other => {}
+                }
+                self.blocks.insert(index, block);
+            }
+            "content_block_delta" => {
+                let d = &v["delta"];
+                let block = self.blocks.entry(index).or_insert(Block::Other);
+                match (str_at(d, "type"), block) {
+                    ("text_delta", Block::Text(t)) => {
+                        let s = str_at(d, "text");
+                        t.push_str(s);
+                        emit.text(s);
+                    }
+                    ("thinking_delta", Block::Thinking(t)) => {
+                        let s = str_at(d, "thinking");
+                        t.push_str(s);
+                        emit.reasoning(s);
+                    }
+                    ("input_json_delta", Block::ToolUse { json, .. }) => {
+                        let s = str_at(d, "partial_json");
+                        json.push_str(s);
+                        if let Some(&pos) = self.call_positions.get(&index) {
+                            emit.arguments(pos, s);
+                        }
+                    }
+                    // Signatures, citations, and deltas for blocks never started: nothing to assemble.
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                if let Some(r) = v["delta"]["stop_reason"].as_str() {
+                    self.stop = Some(r.to_owned());
+                }
+                // Counts here are cumulative and override those of message_start.
+                if let (Some(base), Some(more)) = (self.usage.as_mut(), v["usage"].as_object()) {
+                    for (k, val) in more {
+                        if !val.is_null() {
+                            base[k.as_str()] = val.clone();
+                        }
+                    }
+                } else if v["usage"].is_object() {
+                    self.usage = Some(v["usage"].clone());
+                }
+            }
+            "message_stop" => {
+                self.done = true;
+                return Ok(true);
+            }
+            "error" => return Err(error_object(&v["error"])),
+            // ping, content_block_stop, and event types added later: nothing to do.
+            _ => {}
+        }
+        Ok(false)
+    }
+
+    /// The assembled response.
+    pub fn finish(self) -> Result<ModelResponse, Failure> {
+        if !self.done {
+            return Err(Failure::transient("the stream ended before the response was complete"));
+        }
+        let usage = self.usage.as_ref().and_then(parse_usage);
+        Ok(assemble(self.blocks.into_values(), self.stop.as_deref(), usage))
+    }
+}

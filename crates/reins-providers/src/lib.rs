@@ -1,0 +1,36 @@
+//! # Reins model providers
+//!
+//! [`Provider`] is a [`reins::Model`] for three wire formats: the OpenAI Responses API, OpenAI Chat
+//! Completions (which every OpenAI-compatible server speaks: vLLM, llama.cpp, Ollama, LM Studio,
+//! OpenRouter, ...) and Anthropic Messages. It streams (text, reasoning and tool-call deltas go to the
+//! run's [`reins::DeltaSink`] as they arrive), retries transient failures with exponential backoff and
+//! jitter while honouring `Retry-After` and rate-limit headers, shares a client-side [`RateLimiter`]
+//! between concurrent runs, bounds silences with an idle timeout and bodies with a size cap, and aborts
+//! the HTTP request at once when the run is cancelled.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use reins_providers::{Api, Provider};
+//! let model = Provider::builder(Api::OpenAiResponses, "gpt-4.1-mini").api_key_from_env().build().unwrap();
+//! let agent = reins::Agent::builder(model).build().unwrap();
+//! let outcome = agent.run("Say hi", tokio_util::sync::CancellationToken::new()).await;
+//! println!("{:?}", outcome.answer);
+//! # }
+//! ```
+//!
+//! [`model_info`] knows the context window and price of common models, [`cost`] prices a run's usage.
+
+pub mod anthropic;
+pub mod openai_chat;
+pub mod openai_responses;
+mod pricing;
+mod provider;
+mod ratelimit;
+pub mod retry;
+pub mod sse;
+mod wire;
+
+pub use pricing::{MODELS, ModelInfo, Price, cost, cost_for, model_info, token_counter};
+pub use provider::{Api, Provider, ProviderBuilder, ProviderError, ToolChoice};
+pub use ratelimit::{Permit, RateLimiter};
+pub use retry::RetryPolicy;

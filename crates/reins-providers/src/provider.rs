@@ -1,0 +1,719 @@
+//! The [`Provider`]: one `reins::Model` for the three wire formats, with the HTTP transport, streaming,
+//! retries, rate limiting, timeouts and cancellation they share.
+
+use std::sync::{Arc, Once};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use reins::{Delta, DeltaSink, Model, ModelError, ModelRequest, ModelResponse};
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::ratelimit::RateLimiter;
+use crate::retry::{RetryPolicy, exhausted_window, retry_after};
+use crate::sse::SseParser;
+use crate::wire::{Emit, Failure, body_summary, classify_status, snippet};
+use crate::{anthropic, openai_chat, openai_responses};
+
+/// Which wire format a provider speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Api {
+    /// OpenAI Responses (`{base}/responses`).
+    OpenAiResponses,
+    /// OpenAI Chat Completions (`{base}/chat/completions`), also every OpenAI-compatible server.
+    OpenAiChat,
+    /// Anthropic Messages (`{base}/v1/messages`).
+    Anthropic,
+}
+
+impl Api {
+    /// The prefix used in a model spec: `openai`, `openai-chat` or `anthropic`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::OpenAiResponses => "openai",
+            Api::OpenAiChat => "openai-chat",
+            Api::Anthropic => "anthropic",
+        }
+    }
+
+    /// The official endpoint. OpenAI-style base URLs end in `/v1`; Anthropic's is the host, as in the SDKs.
+    pub fn default_base_url(self) -> &'static str {
+        match self {
+            Api::OpenAiResponses | Api::OpenAiChat => "https://api.openai.com/v1",
+            Api::Anthropic => "https://api.anthropic.com",
+        }
+    }
+
+    /// The environment variable holding the API key.
+    pub fn key_env(self) -> &'static str {
+        match self {
+            Api::OpenAiResponses | Api::OpenAiChat => "OPENAI_API_KEY",
+            Api::Anthropic => "ANTHROPIC_API_KEY",
+        }
+    }
+
+    /// Parses `PROVIDER:MODEL` (`openai:gpt-4.1`, `openai-chat:llama3`, `anthropic:claude-sonnet-4-5`).
+    ///
+    /// ```
+    /// use reins_providers::Api;
+    /// assert_eq!(Api::parse_spec("openai-chat:qwen3:8b").unwrap(), (Api::OpenAiChat, "qwen3:8b".to_owned()));
+    /// assert!(Api::parse_spec("gpt-4o").is_err());
+    /// ```
+    pub fn parse_spec(spec: &str) -> Result<(Api, String), ProviderError> {
+        let Some((provider, model)) = spec.split_once(':') else {
+            return Err(ProviderError::InvalidModelSpec(format!(
+                "{spec:?} is not PROVIDER:MODEL (PROVIDER is openai, openai-chat or anthropic)"
+            )));
+        };
+        let api = match provider {
+            "openai" => Api::OpenAiResponses,
+            "openai-chat" => Api::OpenAiChat,
+            "anthropic" => Api::Anthropic,
+            other => {
+                return Err(ProviderError::InvalidModelSpec(format!(
+                    "unknown provider {other:?} in {spec:?}: expected openai, openai-chat or anthropic"
+                )));
+            }
+        };
+        if model.trim().is_empty() {
+            return Err(ProviderError::InvalidModelSpec(format!("{spec:?} names no model after the colon")));
+        }
+        Ok((api, model.to_owned()))
+    }
+}
+
+/// Which tool the model may or must call.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// The model decides (the default; nothing is sent).
+    #[default]
+    Auto,
+    /// The model must call some tool.
+    Required,
+    /// The model must not call a tool.
+    None,
+    /// The model must call this tool.
+    Tool(String),
+}
+
+/// Why a provider could not be configured.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    /// The model spec is not `PROVIDER:MODEL`.
+    #[error("invalid model: {0}")]
+    InvalidModelSpec(String),
+    /// The base URL is not an http(s) URL.
+    #[error("invalid base URL {url:?}: {reason}")]
+    InvalidBaseUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// No API key, and the base URL is not local.
+    #[error("no API key: set {env} (only a local base URL may go without one)")]
+    MissingApiKey {
+        /// The variable to set.
+        env: &'static str,
+    },
+    /// The API key or an extra header cannot be sent as an HTTP header.
+    #[error("invalid header {name:?}: {reason}")]
+    InvalidHeader {
+        /// The header's name.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A setting is out of range.
+    #[error("invalid setting: {0}")]
+    InvalidSetting(String),
+    /// The HTTP client could not be built.
+    #[error("cannot build the HTTP client: {0}")]
+    Client(String),
+}
+
+/// What the wire formats need to build a request body.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub model: String,
+    pub system: Option<String>,
+    pub max_output_tokens: Option<u32>,
+    pub temperature: Option<f64>,
+    pub tool_choice: ToolChoice,
+    pub extra_body: Map<String, Value>,
+    /// Chat Completions' name for the output cap: `max_completion_tokens` (OpenAI) or `max_tokens`.
+    pub chat_max_tokens_field: String,
+}
+
+/// Builds a [`Provider`].
+#[derive(Clone, Debug)]
+pub struct ProviderBuilder {
+    api: Api,
+    settings: Settings,
+    base_url: Option<String>,
+    api_key: Option<String>,
+    headers: Vec<(String, String)>,
+    stream: bool,
+    retry: RetryPolicy,
+    idle_timeout: Duration,
+    response_timeout: Duration,
+    connect_timeout: Duration,
+    max_response_bytes: usize,
+    limiter: Option<RateLimiter>,
+}
+
+impl ProviderBuilder {
+    /// The server: for OpenAI-style APIs a URL ending in `/v1`, for Anthropic the host. Default: the
+    /// official endpoint.
+    pub fn base_url(mut self, url: impl Into<String>) -> Self {
+        self.base_url = Some(url.into());
+        self
+    }
+    /// The API key (`None`: none).
+    pub fn api_key(mut self, key: Option<String>) -> Self {
+        self.api_key = key.filter(|k| !k.trim().is_empty());
+        self
+    }
+    /// Takes the API key from the API's environment variable (`OPENAI_API_KEY` or `ANTHROPIC_API_KEY`)
+    /// when one is set and no key was given.
+    pub fn api_key_from_env(mut self) -> Self {
+        if self.api_key.is_none() {
+            self.api_key = std::env::var(self.api.key_env()).ok().filter(|k| !k.trim().is_empty());
+        }
+        self
+    }
+    /// An extra header sent with every request (it replaces a default header of the same name).
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+    /// Caps each response's output tokens.
+    pub fn max_output_tokens(mut self, n: u32) -> Self {
+        self.settings.max_output_tokens = Some(n);
+        self
+    }
+    /// The sampling temperature.
+    pub fn temperature(mut self, t: f64) -> Self {
+        self.settings.temperature = Some(t);
+        self
+    }
+    /// Which tool the model may or must call.
+    pub fn tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.settings.tool_choice = choice;
+        self
+    }
+    /// System instructions sent with every request.
+    pub fn system(mut self, text: impl Into<String>) -> Self {
+        self.settings.system = Some(text.into());
+        self
+    }
+    /// Streams responses (the default) or asks for whole ones.
+    pub fn stream(mut self, on: bool) -> Self {
+        self.stream = on;
+        self
+    }
+    /// The retry policy.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+    /// The longest silence within a response body or stream before the attempt counts as stalled.
+    /// Default 120 s.
+    pub fn idle_timeout(mut self, d: Duration) -> Self {
+        self.idle_timeout = d;
+        self
+    }
+    /// The longest wait for a response's headers. Default 600 s (a non-streamed response sends its
+    /// headers only once the whole answer is generated).
+    pub fn response_timeout(mut self, d: Duration) -> Self {
+        self.response_timeout = d;
+        self
+    }
+    /// The longest wait for a connection. Default 30 s.
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+    /// The largest response body (or whole stream) accepted, in bytes. Default 64 MiB.
+    pub fn max_response_bytes(mut self, n: usize) -> Self {
+        self.max_response_bytes = n;
+        self
+    }
+    /// A rate limiter, possibly shared with other providers. Default: a limiter of this provider's own
+    /// that only follows the server's rate-limit answers.
+    pub fn rate_limiter(mut self, limiter: RateLimiter) -> Self {
+        self.limiter = Some(limiter);
+        self
+    }
+    /// Extra top-level fields merged into every request body (they win over the adapter's own).
+    pub fn extra_body(mut self, fields: Map<String, Value>) -> Self {
+        self.settings.extra_body = fields;
+        self
+    }
+    /// For Chat Completions: the field that carries the output cap. Default `max_completion_tokens` for
+    /// the official endpoint and `max_tokens` (which every compatible server reads) elsewhere.
+    pub fn chat_max_tokens_field(mut self, field: impl Into<String>) -> Self {
+        self.settings.chat_max_tokens_field = field.into();
+        self
+    }
+
+    /// Checks the settings and builds the provider.
+    pub fn build(mut self) -> Result<Provider, ProviderError> {
+        if self.settings.model.trim().is_empty() {
+            return Err(ProviderError::InvalidSetting("the model name is empty".into()));
+        }
+        if self.settings.max_output_tokens == Some(0) {
+            return Err(ProviderError::InvalidSetting("max output tokens must be at least 1".into()));
+        }
+        if let Some(t) = self.settings.temperature {
+            if !(t.is_finite() && (0.0..=2.0).contains(&t)) {
+                return Err(ProviderError::InvalidSetting(format!("temperature {t} is outside 0..=2")));
+            }
+        }
+        for (what, d) in [
+            ("idle timeout", self.idle_timeout),
+            ("response timeout", self.response_timeout),
+            ("connect timeout", self.connect_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(ProviderError::InvalidSetting(format!("the {what} must be above zero")));
+            }
+        }
+        if self.max_response_bytes == 0 {
+            return Err(ProviderError::InvalidSetting("max response bytes must be at least 1".into()));
+        }
+        let given = self.base_url.clone();
+        let base = given.clone().unwrap_or_else(|| self.api.default_base_url().to_owned());
+        let invalid = |reason: String| ProviderError::InvalidBaseUrl { url: base.clone(), reason };
+        let parsed = reqwest::Url::parse(base.trim()).map_err(|e| invalid(e.to_string()))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(invalid(format!("the scheme must be http or https, not {}", parsed.scheme())));
+        }
+        if parsed.query().is_some() || parsed.fragment().is_some() {
+            return Err(invalid("a base URL has no query or fragment".into()));
+        }
+        let trimmed = parsed.as_str().trim_end_matches('/').to_owned();
+        let path = match self.api {
+            Api::OpenAiResponses => "/responses",
+            Api::OpenAiChat => "/chat/completions",
+            Api::Anthropic if trimmed.ends_with("/v1") => "/messages",
+            Api::Anthropic => "/v1/messages",
+        };
+        let url = reqwest::Url::parse(&format!("{trimmed}{path}")).map_err(|e| invalid(e.to_string()))?;
+        if self.api_key.is_none() && !is_local(&parsed) {
+            return Err(ProviderError::MissingApiKey { env: self.api.key_env() });
+        }
+        if self.settings.chat_max_tokens_field.is_empty() {
+            let official = given.is_none() || parsed.host_str() == Some("api.openai.com");
+            self.settings.chat_max_tokens_field =
+                if official { "max_completion_tokens" } else { "max_tokens" }.to_owned();
+        }
+
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let accept = if self.stream { "text/event-stream" } else { "application/json" };
+        headers.insert(ACCEPT, HeaderValue::from_static(accept));
+        headers.insert(USER_AGENT, HeaderValue::from_static(concat!("reins/", env!("CARGO_PKG_VERSION"))));
+        if let Some(key) = &self.api_key {
+            let (name, value) = match self.api {
+                Api::Anthropic => (HeaderName::from_static("x-api-key"), key.trim().to_owned()),
+                _ => (AUTHORIZATION, format!("Bearer {}", key.trim())),
+            };
+            let mut value = HeaderValue::from_str(&value).map_err(|_| ProviderError::InvalidHeader {
+                name: name.to_string(),
+                reason: "the API key holds characters a header cannot carry".into(),
+            })?;
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+        if self.api == Api::Anthropic {
+            headers.insert("anthropic-version", HeaderValue::from_static(anthropic::API_VERSION));
+        }
+        for (name, value) in &self.headers {
+            let bad = |reason: String| ProviderError::InvalidHeader { name: name.clone(), reason };
+            let n = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|e| bad(e.to_string()))?;
+            let v = HeaderValue::from_str(value.trim()).map_err(|e| bad(e.to_string()))?;
+            headers.insert(n, v);
+        }
+
+        install_crypto_provider();
+        let client = reqwest::Client::builder()
+            .connect_timeout(self.connect_timeout)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|e| ProviderError::Client(error_chain(&e)))?;
+        Ok(Provider {
+            inner: Arc::new(Inner {
+                api: self.api,
+                settings: self.settings,
+                url,
+                headers,
+                client,
+                stream: self.stream,
+                retry: self.retry,
+                idle_timeout: self.idle_timeout,
+                response_timeout: self.response_timeout,
+                max_response_bytes: self.max_response_bytes,
+                limiter: self.limiter.unwrap_or_default(),
+            }),
+        })
+    }
+}
+
+/// Loopback and private-network hosts, which may serve a model without an API key.
+fn is_local(url: &reqwest::Url) -> bool {
+    let Some(host) = url.host_str() else { return false };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    match host.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(ip)) => {
+            ip.is_loopback() || ip.is_private() || ip.is_link_local() || ip.is_unspecified()
+        }
+        Ok(std::net::IpAddr::V6(ip)) => ip.is_loopback() || ip.is_unspecified(),
+        Err(_) => host == "localhost" || host.ends_with(".localhost") || host.ends_with(".local"),
+    }
+}
+
+fn install_crypto_provider() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // Fails only when a provider is installed already, which is just as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// An error with its sources, which is where reqwest keeps the useful part.
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let more = c.to_string();
+        if !s.contains(&more) {
+            s.push_str(": ");
+            s.push_str(&more);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+struct Inner {
+    api: Api,
+    settings: Settings,
+    url: reqwest::Url,
+    headers: HeaderMap,
+    client: reqwest::Client,
+    stream: bool,
+    retry: RetryPolicy,
+    idle_timeout: Duration,
+    response_timeout: Duration,
+    max_response_bytes: usize,
+    limiter: RateLimiter,
+}
+
+/// A model behind an HTTP API: OpenAI Responses, OpenAI Chat Completions (any compatible server) or
+/// Anthropic Messages. Cheap to clone; clones share the connection pool and the rate limiter.
+///
+/// Streams by default: text, reasoning and tool-call deltas go to the run's [`DeltaSink`] as they
+/// arrive, and the whole response is returned at the end. Retries transient failures (see
+/// [`RetryPolicy`]); cancelling the token aborts the HTTP request at once.
+///
+/// ```
+/// use reins_providers::{Api, Provider};
+/// let p = Provider::builder(Api::OpenAiChat, "llama3").base_url("http://127.0.0.1:8080/v1").build().unwrap();
+/// assert_eq!(p.endpoint(), "http://127.0.0.1:8080/v1/chat/completions");
+/// assert!(Provider::builder(Api::Anthropic, "claude-sonnet-4-5").api_key(None).build().is_err());
+/// ```
+#[derive(Clone)]
+pub struct Provider {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Provider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Provider")
+            .field("api", &self.inner.api)
+            .field("model", &self.inner.settings.model)
+            .field("endpoint", &self.inner.url.as_str())
+            .field("stream", &self.inner.stream)
+            .finish_non_exhaustive()
+    }
+}
+
+enum StreamState {
+    Responses(openai_responses::Stream),
+    Chat(openai_chat::Stream),
+    Anthropic(anthropic::Stream),
+}
+
+impl StreamState {
+    fn new(api: Api) -> Self {
+        match api {
+            Api::OpenAiResponses => Self::Responses(Default::default()),
+            Api::OpenAiChat => Self::Chat(Default::default()),
+            Api::Anthropic => Self::Anthropic(Default::default()),
+        }
+    }
+    fn on_event(&mut self, ev: &crate::sse::SseEvent, emit: &mut Emit) -> Result<bool, Failure> {
+        match self {
+            Self::Responses(s) => s.on_event(ev, emit),
+            Self::Chat(s) => s.on_event(ev, emit),
+            Self::Anthropic(s) => s.on_event(ev, emit),
+        }
+    }
+    fn finish(self) -> Result<ModelResponse, Failure> {
+        match self {
+            Self::Responses(s) => s.finish(),
+            Self::Chat(s) => s.finish(),
+            Self::Anthropic(s) => s.finish(),
+        }
+    }
+}
+
+impl Provider {
+    /// A builder for `model` behind `api`, with the official endpoint and no key yet.
+    pub fn builder(api: Api, model: impl Into<String>) -> ProviderBuilder {
+        ProviderBuilder {
+            api,
+            settings: Settings {
+                model: model.into(),
+                system: None,
+                max_output_tokens: None,
+                temperature: None,
+                tool_choice: ToolChoice::Auto,
+                extra_body: Map::new(),
+                chat_max_tokens_field: String::new(),
+            },
+            base_url: None,
+            api_key: None,
+            headers: Vec::new(),
+            stream: true,
+            retry: RetryPolicy::default(),
+            idle_timeout: Duration::from_secs(120),
+            response_timeout: Duration::from_secs(600),
+            connect_timeout: Duration::from_secs(30),
+            max_response_bytes: 64 << 20,
+            limiter: None,
+        }
+    }
+
+    /// The wire format.
+    pub fn api(&self) -> Api {
+        self.inner.api
+    }
+
+    /// The model name.
+    pub fn model(&self) -> &str {
+        &self.inner.settings.model
+    }
+
+    /// The URL requests go to.
+    pub fn endpoint(&self) -> &str {
+        self.inner.url.as_str()
+    }
+
+    /// The rate limiter (share it with other providers through [`ProviderBuilder::rate_limiter`]).
+    pub fn rate_limiter(&self) -> &RateLimiter {
+        &self.inner.limiter
+    }
+
+    /// The JSON body this provider sends for `request`.
+    pub fn request_body(&self, request: &ModelRequest) -> Value {
+        let s = &self.inner.settings;
+        match self.inner.api {
+            Api::OpenAiResponses => openai_responses::body(s, request, self.inner.stream),
+            Api::OpenAiChat => openai_chat::body(s, request, self.inner.stream),
+            Api::Anthropic => anthropic::body(s, request, self.inner.stream),
+        }
+    }
+
+    fn parse(&self, v: &Value) -> Result<ModelResponse, Failure> {
+        match self.inner.api {
+            Api::OpenAiResponses => openai_responses::parse(v),
+            Api::OpenAiChat => openai_chat::parse(v),
+            Api::Anthropic => anthropic::parse(v),
+        }
+    }
+
+    /// One HTTP exchange.
+    async fn attempt(&self, body: &Bytes, emit: &mut Emit) -> Result<ModelResponse, Failure> {
+        let inner = &*self.inner;
+        let send = inner.client.post(inner.url.clone()).headers(inner.headers.clone()).body(body.clone()).send();
+        let mut resp = match tokio::time::timeout(inner.response_timeout, send).await {
+            Err(_) => {
+                return Err(Failure::transient(format!(
+                    "no response from {} within {}",
+                    inner.url,
+                    humantime::format_duration(inner.response_timeout)
+                )));
+            }
+            Ok(Err(e)) => {
+                return Err(Failure::transient(format!("request to {} failed: {}", inner.url, error_chain(&e))));
+            }
+            Ok(Ok(r)) => r,
+        };
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let now = SystemTime::now();
+        if let Some(wait) = exhausted_window(&headers, now) {
+            if wait <= inner.retry.max_retry_after {
+                inner.limiter.pause_for(wait);
+            }
+        }
+        let content_type =
+            headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").trim().to_ascii_lowercase();
+        if !status.is_success() {
+            // An error body is only read for its message: a short cap, and what arrived is enough.
+            let body = read_body(&mut resp, 64 * 1024, inner.idle_timeout).await.unwrap_or_else(|(partial, _)| partial);
+            let mut f = classify_status(status.as_u16(), status.canonical_reason().unwrap_or(""), &content_type, &body);
+            if f.retryable() {
+                f.retry_after = retry_after(&headers, now);
+            }
+            return Err(f);
+        }
+        if inner.stream && content_type.starts_with("text/event-stream") {
+            return self.read_stream(resp, emit).await;
+        }
+        if let Some(len) = resp.content_length() {
+            if len > inner.max_response_bytes as u64 {
+                return Err(too_large(inner.max_response_bytes));
+            }
+        }
+        let body = read_body(&mut resp, inner.max_response_bytes, inner.idle_timeout).await.map_err(|(_, f)| f)?;
+        let v: Value = serde_json::from_slice(&body).map_err(|e| {
+            let ct = if content_type.is_empty() { "no content type".to_owned() } else { content_type.clone() };
+            Failure::malformed(format!("the response is not JSON ({ct}; {e}): {}", body_summary(&content_type, &body)))
+        })?;
+        let response = self.parse(&v)?;
+        // A server that answered a stream request with a whole response: show its text all the same.
+        if inner.stream {
+            emit.reasoning(response.reasoning.as_deref().unwrap_or(""));
+            emit.text(&response.text);
+        }
+        Ok(response)
+    }
+
+    async fn read_stream(&self, mut resp: reqwest::Response, emit: &mut Emit) -> Result<ModelResponse, Failure> {
+        let inner = &*self.inner;
+        let mut parser = SseParser::new(inner.max_response_bytes.min(16 << 20));
+        let mut state = StreamState::new(inner.api);
+        let mut events = Vec::new();
+        let mut total = 0usize;
+        loop {
+            let chunk = match tokio::time::timeout(inner.idle_timeout, resp.chunk()).await {
+                Err(_) => {
+                    return Err(Failure::transient(format!(
+                        "the stream stalled: no data for {}",
+                        humantime::format_duration(inner.idle_timeout)
+                    )));
+                }
+                Ok(Err(e)) => return Err(Failure::transient(format!("the stream broke off: {}", error_chain(&e)))),
+                Ok(Ok(None)) => break,
+                Ok(Ok(Some(c))) => c,
+            };
+            total = total.saturating_add(chunk.len());
+            if total > inner.max_response_bytes {
+                return Err(too_large(inner.max_response_bytes));
+            }
+            parser.push(&chunk, &mut events).map_err(|e| Failure::malformed(e.to_string()))?;
+            for ev in events.drain(..) {
+                if state.on_event(&ev, emit)? {
+                    return state.finish();
+                }
+            }
+        }
+        parser.finish();
+        state.finish()
+    }
+}
+
+fn too_large(limit: usize) -> Failure {
+    Failure::malformed(format!("the response exceeds {limit} bytes (the provider's max_response_bytes)"))
+}
+
+/// Reads a body up to `cap` bytes, each chunk within `idle`. On failure, returns what arrived with it.
+async fn read_body(resp: &mut reqwest::Response, cap: usize, idle: Duration) -> Result<Vec<u8>, (Vec<u8>, Failure)> {
+    let mut out = Vec::new();
+    loop {
+        match tokio::time::timeout(idle, resp.chunk()).await {
+            Err(_) => {
+                let f = Failure::transient(format!(
+                    "the response stalled: no data for {}",
+                    humantime::format_duration(idle)
+                ));
+                return Err((out, f));
+            }
+            Ok(Err(e)) => {
+                let f = Failure::transient(format!("the response broke off: {}", error_chain(&e)));
+                return Err((out, f));
+            }
+            Ok(Ok(None)) => return Ok(out),
+            Ok(Ok(Some(c))) => {
+                if out.len().saturating_add(c.len()) > cap {
+                    let room = cap - out.len();
+                    out.extend_from_slice(&c[..room]);
+                    return Err((out, too_large(cap)));
+                }
+                out.extend_from_slice(&c);
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Model for Provider {
+    async fn generate(&self, request: &ModelRequest, cancel: &CancellationToken) -> Result<ModelResponse, ModelError> {
+        let inner = &*self.inner;
+        let body = serde_json::to_vec(&self.request_body(request))
+            .map_err(|e| ModelError::Failed(format!("cannot encode the request: {e}")))?;
+        let body = Bytes::from(body);
+        let mut emit = Emit::new(if inner.stream { DeltaSink::current() } else { None });
+        let attempts = inner.retry.max_retries.saturating_add(1);
+        let mut attempt = 1u32;
+        loop {
+            let Some(permit) = inner.limiter.acquire(cancel).await else {
+                return Err(ModelError::Cancelled);
+            };
+            let result = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(ModelError::Cancelled),
+                r = self.attempt(&body, &mut emit) => r,
+            };
+            drop(permit);
+            let failure = match result {
+                Ok(response) => return Ok(response),
+                Err(f) => f,
+            };
+            if !failure.retryable() || attempt >= attempts {
+                return Err(failure.into_model_error(attempt));
+            }
+            let wait = match failure.retry_after {
+                Some(d) if d > inner.retry.max_retry_after => {
+                    return Err(ModelError::Failed(format!(
+                        "{}: the server asks to retry after {}, longer than the {} allowed (RetryPolicy::max_retry_after)",
+                        failure.message,
+                        humantime::format_duration(d),
+                        humantime::format_duration(inner.retry.max_retry_after)
+                    )));
+                }
+                Some(d) => {
+                    // Every run sharing the limiter waits too: the server is refusing all of them.
+                    inner.limiter.pause_for(d);
+                    d
+                }
+                None => inner.retry.backoff(attempt),
+            };
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(ModelError::Cancelled),
+                _ = tokio::time::sleep(wait) => {}
+            }
+            attempt += 1;
+            if emit.emitted {
+                emit.send(Delta::Restart { attempt, reason: snippet(&failure.message, 300) });
+                emit.emitted = false;
+            }
+        }
+    }
+}

@@ -1,0 +1,471 @@
+//! What the three wire formats share: failures and their classification, tool arguments, usage, deltas,
+//! and a readable summary of an error body (JSON or an HTML page).
+
+use std::time::Duration;
+
+use reins::{Delta, DeltaSink, ModelError, Usage};
+use serde_json::Value;
+
+use crate::retry::retryable_status;
+
+/// How an attempt failed, and so whether another attempt may help.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum FailKind {
+    /// Worth another attempt: connection errors, 408/409/429/5xx, broken, stalled or early-ended streams.
+    Transient,
+    /// The request itself was refused (400, 404, 422, ...).
+    Rejected(u16),
+    /// The credentials were refused (401, 403).
+    Unauthorized(u16),
+    /// The conversation does not fit the context window.
+    ContextOverflow,
+    /// The account's quota or credit is used up.
+    Quota,
+    /// The response does not have the documented shape.
+    Malformed,
+    /// A final failure the provider reported (an error event in a stream, a failed response).
+    Failed,
+}
+
+/// One failed attempt.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Failure {
+    pub kind: FailKind,
+    pub message: String,
+    /// How long the server asked us to wait before the next attempt.
+    pub retry_after: Option<Duration>,
+}
+
+impl Failure {
+    pub fn new(kind: FailKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into(), retry_after: None }
+    }
+    pub fn transient(message: impl Into<String>) -> Self {
+        Self::new(FailKind::Transient, message)
+    }
+    pub fn malformed(message: impl Into<String>) -> Self {
+        Self::new(FailKind::Malformed, message)
+    }
+    pub fn retryable(&self) -> bool {
+        self.kind == FailKind::Transient
+    }
+
+    /// The error the run reports, after `attempts` attempts.
+    pub fn into_model_error(self, attempts: u32) -> ModelError {
+        match self.kind {
+            FailKind::Transient if attempts > 1 => {
+                ModelError::Failed(format!("{} (gave up after {attempts} attempts)", self.message))
+            }
+            FailKind::Transient | FailKind::Failed => ModelError::Failed(self.message),
+            FailKind::Rejected(status) => ModelError::Rejected { status, message: self.message },
+            FailKind::Unauthorized(status) => ModelError::Unauthorized { status, message: self.message },
+            FailKind::ContextOverflow => ModelError::ContextOverflow(self.message),
+            FailKind::Quota => ModelError::QuotaExhausted(self.message),
+            FailKind::Malformed => ModelError::Malformed(self.message),
+        }
+    }
+}
+
+/// Delivers deltas to the current run's sink and remembers whether any was delivered.
+pub(crate) struct Emit {
+    sink: Option<DeltaSink>,
+    pub emitted: bool,
+}
+
+impl Emit {
+    pub fn new(sink: Option<DeltaSink>) -> Self {
+        Self { sink, emitted: false }
+    }
+    pub fn send(&mut self, delta: Delta) {
+        if let Some(s) = &self.sink {
+            s.send(&delta);
+            self.emitted = true;
+        }
+    }
+    pub fn text(&mut self, text: &str) {
+        if !text.is_empty() && self.sink.is_some() {
+            self.send(Delta::Text { text: text.to_owned() });
+        }
+    }
+    pub fn reasoning(&mut self, text: &str) {
+        if !text.is_empty() && self.sink.is_some() {
+            self.send(Delta::Reasoning { text: text.to_owned() });
+        }
+    }
+    pub fn call(&mut self, index: usize, id: &str, name: &str) {
+        if self.sink.is_some() {
+            self.send(Delta::ToolCall { index, id: id.to_owned(), name: name.to_owned() });
+        }
+    }
+    pub fn arguments(&mut self, index: usize, fragment: &str) {
+        if !fragment.is_empty() && self.sink.is_some() {
+            self.send(Delta::ToolArguments { index, fragment: fragment.to_owned() });
+        }
+    }
+}
+
+/// Tool arguments that arrived as JSON text. Empty text is no arguments (`{}`); text that is not JSON is
+/// delivered as the raw string, so that schema validation refuses the call and the model is told what it
+/// sent, instead of the run failing.
+pub(crate) fn parse_arguments(raw: &str) -> Value {
+    if raw.trim().is_empty() {
+        return Value::Object(Default::default());
+    }
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
+}
+
+/// Arguments as JSON text for the wire: a raw string (unparseable arguments) goes back as it came.
+pub(crate) fn arguments_text(args: &Value) -> String {
+    match args {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A tool's schema as the wire formats want it: an object schema (`true` becomes `{"type":"object"}`).
+pub(crate) fn schema_object(schema: &Value) -> Value {
+    match schema {
+        Value::Object(_) => schema.clone(),
+        _ => serde_json::json!({"type": "object"}),
+    }
+}
+
+/// A non-negative integer at `path`, or 0.
+pub(crate) fn count(v: &Value, path: &[&str]) -> u64 {
+    let mut cur = v;
+    for key in path {
+        cur = &cur[*key];
+    }
+    cur.as_u64().unwrap_or(0)
+}
+
+/// Usage with the parts clamped so that it is always consistent (cached ≤ input, reasoning ≤ output).
+pub(crate) fn usage(input: u64, output: u64, cached: u64, reasoning: u64) -> Usage {
+    Usage {
+        input_tokens: input,
+        output_tokens: output,
+        cached_input_tokens: cached.min(input),
+        reasoning_tokens: reasoning.min(output),
+    }
+}
+
+/// The string at `v[key]`, or "".
+pub(crate) fn str_at<'a>(v: &'a Value, key: &str) -> &'a str {
+    v[key].as_str().unwrap_or("")
+}
+
+/// Parses one JSON event of a stream.
+pub(crate) fn event_json(event: &str, data: &str) -> Result<Value, Failure> {
+    serde_json::from_str(data).map_err(|e| {
+        let what = if event.is_empty() { String::new() } else { format!(" ({event})") };
+        Failure::malformed(format!("invalid JSON in a stream event{what}: {e}: {}", snippet(data, 120)))
+    })
+}
+
+/// Classifies an error object a provider sent inside a 200 response or a stream
+/// (`{"type", "code", "message"}`, possibly wrapped in `{"error": ...}`).
+pub(crate) fn error_object(v: &Value) -> Failure {
+    let e = if v["error"].is_object() { &v["error"] } else { v };
+    let message = e["message"].as_str().map(str::to_owned).unwrap_or_else(|| e.to_string());
+    let code = e["code"].as_str().unwrap_or("");
+    let kind = e["type"].as_str().unwrap_or("");
+    let what = if !code.is_empty() { code } else { kind };
+    let text = if what.is_empty() { message.clone() } else { format!("{what}: {message}") };
+    if is_quota(code, kind, &message) {
+        return Failure::new(FailKind::Quota, text);
+    }
+    if is_context_overflow(code, kind, &message) {
+        return Failure::new(FailKind::ContextOverflow, text);
+    }
+    let transient = [
+        "overloaded_error",
+        "api_error",
+        "rate_limit_error",
+        "rate_limit_exceeded",
+        "server_error",
+        "internal_error",
+        "server_is_overloaded",
+        "timeout_error",
+    ];
+    if transient.contains(&code) || transient.contains(&kind) {
+        Failure::transient(format!("the provider reported a transient error: {text}"))
+    } else {
+        Failure::new(FailKind::Failed, format!("the provider reported an error: {text}"))
+    }
+}
+
+fn is_quota(code: &str, kind: &str, message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    code == "insufficient_quota"
+        || kind == "insufficient_quota"
+        || m.contains("exceeded your current quota")
+        || m.contains("credit balance is too low")
+}
+
+fn is_context_overflow(code: &str, kind: &str, message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    code == "context_length_exceeded"
+        || kind == "exceed_context_size_error"
+        || code == "exceed_context_size_error"
+        || m.contains("maximum context length")
+        || m.contains("context window")
+        || m.contains("prompt is too long")
+        || m.contains("exceeds the available context size")
+        || m.contains("context_length_exceeded")
+}
+
+/// Classifies an HTTP error response.
+pub(crate) fn classify_status(status: u16, reason: &str, content_type: &str, body: &[u8]) -> Failure {
+    let parsed: Option<Value> = serde_json::from_slice(body).ok();
+    let (message, code, kind) = match &parsed {
+        Some(v) if v.is_object() => {
+            let e = if v["error"].is_object() { &v["error"] } else { v };
+            let message = e["message"]
+                .as_str()
+                .or_else(|| v["message"].as_str())
+                .or_else(|| v["error"].as_str())
+                .map(str::to_owned)
+                .unwrap_or_else(|| snippet(&String::from_utf8_lossy(body), 300));
+            (message, e["code"].as_str().unwrap_or("").to_owned(), e["type"].as_str().unwrap_or("").to_owned())
+        }
+        _ => (body_summary(content_type, body), String::new(), String::new()),
+    };
+    let label = if reason.is_empty() { format!("HTTP {status}") } else { format!("HTTP {status} {reason}") };
+    let what = if !code.is_empty() {
+        format!(" [{code}]")
+    } else if !kind.is_empty() {
+        format!(" [{kind}]")
+    } else {
+        String::new()
+    };
+    let text = format!("{label}{what}: {message}");
+    if status == 402 || is_quota(&code, &kind, &message) {
+        return Failure::new(FailKind::Quota, text);
+    }
+    if matches!(status, 400 | 413 | 422) && is_context_overflow(&code, &kind, &message) {
+        return Failure::new(FailKind::ContextOverflow, text);
+    }
+    match status {
+        401 | 403 => Failure::new(FailKind::Unauthorized(status), message_for_auth(&message)),
+        s if retryable_status(s) => Failure::transient(text),
+        s => Failure::new(FailKind::Rejected(s), message),
+    }
+}
+
+fn message_for_auth(message: &str) -> String {
+    if message.is_empty() { "the server refused the credentials".to_owned() } else { message.to_owned() }
+}
+
+/// A short, readable account of a body that is not a JSON error: the title of an HTML page, or the
+/// start of the text.
+pub(crate) fn body_summary(content_type: &str, body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(64 * 1024)]);
+    let trimmed = text.trim_start();
+    let html = content_type.contains("html") || trimmed.starts_with('<');
+    if trimmed.is_empty() {
+        return "(empty body)".to_owned();
+    }
+    if html {
+        let lower = trimmed.to_ascii_lowercase();
+        if let (Some(a), Some(b)) = (lower.find("<title>"), lower.find("</title>")) {
+            if a + 7 <= b {
+                let title = trimmed[a + 7..b].split_whitespace().collect::<Vec<_>>().join(" ");
+                if !title.is_empty() {
+                    return format!("an HTML page titled {:?}", snippet(&title, 120));
+                }
+            }
+        }
+        return format!("an HTML page: {}", snippet(&strip_tags(trimmed), 200));
+    }
+    snippet(trimmed, 300)
+}
+
+fn strip_tags(html: &str) -> String {
+    let mut out = String::new();
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => {
+                in_tag = false;
+                out.push(' ');
+            }
+            c if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The first `max` characters of `s` on one line, with an ellipsis when cut.
+pub(crate) fn snippet(s: &str, max: usize) -> String {
+    let one_line: String = s.chars().map(|c| if c.is_control() { ' ' } else { c }).take(max + 1).collect();
+    if one_line.chars().count() > max {
+        let cut: String = one_line.chars().take(max).collect();
+        format!("{cut}…")
+    } else {
+        one_line
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    #[test]
+    fn arguments() {
+        assert_eq!(parse_arguments(""), json!({}));
+        assert_eq!(parse_arguments("  "), json!({}));
+        assert_eq!(parse_arguments(r#"{"a":1}"#), json!({"a": 1}));
+        assert_eq!(parse_arguments(r#"{"a":"#), json!(r#"{"a":"#));
+        assert_eq!(arguments_text(&json!(r#"{"a":"#)), r#"{"a":"#);
+        assert_eq!(arguments_text(&json!({"a": 1})), r#"{"a":1}"#);
+    }
+
+    #[test]
+    fn status_classification() {
+        let j = |v: Value| serde_json::to_vec(&v).unwrap();
+        let f = classify_status(
+            400,
+            "Bad Request",
+            "application/json",
+            &j(
+                json!({"error": {"message": "This model's maximum context length is 128000 tokens", "code": "context_length_exceeded"}}),
+            ),
+        );
+        assert_eq!(f.kind, FailKind::ContextOverflow);
+        let f = classify_status(
+            400,
+            "",
+            "application/json",
+            &j(
+                json!({"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long: 210000 tokens > 200000 maximum"}}),
+            ),
+        );
+        assert_eq!(f.kind, FailKind::ContextOverflow);
+        let f = classify_status(
+            429,
+            "",
+            "application/json",
+            &j(
+                json!({"error": {"message": "You exceeded your current quota", "type": "insufficient_quota", "code": "insufficient_quota"}}),
+            ),
+        );
+        assert_eq!(f.kind, FailKind::Quota);
+        let f = classify_status(
+            400,
+            "",
+            "application/json",
+            &j(
+                json!({"type": "error", "error": {"type": "invalid_request_error", "message": "Your credit balance is too low to access the Anthropic API."}}),
+            ),
+        );
+        assert_eq!(f.kind, FailKind::Quota);
+        let f = classify_status(
+            429,
+            "Too Many Requests",
+            "application/json",
+            &j(json!({"error": {"message": "Rate limit reached", "code": "rate_limit_exceeded"}})),
+        );
+        assert_eq!(f.kind, FailKind::Transient);
+        assert!(
+            f.message.contains("HTTP 429 Too Many Requests [rate_limit_exceeded]: Rate limit reached"),
+            "{}",
+            f.message
+        );
+        let f = classify_status(
+            401,
+            "",
+            "application/json",
+            &j(json!({"error": {"message": "Incorrect API key provided"}})),
+        );
+        assert_eq!(f.kind, FailKind::Unauthorized(401));
+        let f = classify_status(
+            404,
+            "",
+            "application/json",
+            &j(json!({"error": {"message": "The model `x` does not exist"}})),
+        );
+        assert_eq!(f.kind, FailKind::Rejected(404));
+        let f = classify_status(
+            413,
+            "",
+            "application/json",
+            &j(
+                json!({"error": {"type": "request_too_large", "message": "Request exceeds the maximum allowed number of bytes"}}),
+            ),
+        );
+        assert_eq!(f.kind, FailKind::Rejected(413));
+        let f = classify_status(
+            529,
+            "",
+            "application/json",
+            &j(json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})),
+        );
+        assert_eq!(f.kind, FailKind::Transient);
+    }
+
+    #[test]
+    fn html_pages_are_summarized() {
+        let page =
+            b"<!DOCTYPE html><html><head><title>502 Bad\n Gateway</title></head><body><h1>oops</h1></body></html>";
+        let f = classify_status(502, "Bad Gateway", "text/html", page);
+        assert_eq!(f.kind, FailKind::Transient);
+        assert_eq!(f.message, "HTTP 502 Bad Gateway: an HTML page titled \"502 Bad Gateway\"");
+        assert_eq!(body_summary("text/html", b"<p>Hello <b>there</b></p>"), "an HTML page: Hello there");
+        assert_eq!(body_summary("text/plain", b""), "(empty body)");
+    }
+
+    #[test]
+    fn error_objects() {
+        assert_eq!(
+            error_object(&json!({"type": "overloaded_error", "message": "Overloaded"})).kind,
+            FailKind::Transient
+        );
+        assert_eq!(
+            error_object(&json!({"error": {"code": "context_length_exceeded", "message": "too long"}})).kind,
+            FailKind::ContextOverflow
+        );
+        let f = error_object(&json!({"code": "invalid_prompt", "message": "nope"}));
+        assert_eq!(f.kind, FailKind::Failed);
+        assert_eq!(f.message, "the provider reported an error: invalid_prompt: nope");
+    }
+
+    #[test]
+    fn failure_to_model_error() {
+        assert_eq!(
+            Failure::transient("HTTP 500").into_model_error(4),
+            ModelError::Failed("HTTP 500 (gave up after 4 attempts)".into())
+        );
+        assert_eq!(Failure::new(FailKind::Quota, "q").into_model_error(1), ModelError::QuotaExhausted("q".into()));
+        assert_eq!(
+            Failure::new(FailKind::ContextOverflow, "c").into_model_error(1).to_string(),
+            "the conversation exceeds the model's context window: c"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn classification_never_panics(status in 100u16..600, body in proptest::collection::vec(any::<u8>(), 0..300), ct in "[a-z/]{0,20}") {
+            let f = classify_status(status, "", &ct, &body);
+            prop_assert!(!f.message.is_empty());
+        }
+
+        #[test]
+        fn arguments_round_trip(raw in "\\PC{0,40}") {
+            let v = parse_arguments(&raw);
+            if raw.trim().is_empty() {
+                prop_assert_eq!(v, json!({}));
+            } else if serde_json::from_str::<Value>(&raw).is_err() {
+                prop_assert_eq!(arguments_text(&v), raw);
+            }
+        }
+
+        #[test]
+        fn snippet_bounds(s in "\\PC{0,300}", max in 1usize..100) {
+            prop_assert!(snippet(&s, max).chars().count() <= max + 1);
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! A scripted HTTP server on 127.0.0.1 for provider tests: each request gets the next scripted reply
+//! (whole bodies, or streams with pauses, stalls and cuts), and every request is captured.
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, StreamBody, combinators::BoxBody};
+use hyper::body::Frame;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+/// One step of a streamed body.
+#[derive(Clone, Debug)]
+pub enum Step {
+    /// Send these bytes as one chunk.
+    Bytes(Vec<u8>),
+    /// Wait before the next step.
+    Sleep(Duration),
+    /// Abort the connection mid-body.
+    Cut,
+    /// Send nothing more, without closing (until the client goes away).
+    Stall,
+}
+
+/// A scripted reply.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub steps: Vec<Step>,
+    /// Wait this long before sending the headers.
+    pub delay: Duration,
+}
+
+impl Reply {
+    pub fn json(status: u16, body: impl Into<Vec<u8>>) -> Self {
+        Reply {
+            status,
+            headers: vec![("content-type".into(), "application/json".into())],
+            steps: vec![Step::Bytes(body.into())],
+            delay: Duration::ZERO,
+        }
+    }
+    pub fn body(status: u16, content_type: &str, body: impl Into<Vec<u8>>) -> Self {
+        Reply {
+            status,
+            headers: vec![("content-type".into(), content_type.into())],
+            steps: vec![Step::Bytes(body.into())],
+            delay: Duration::ZERO,
+        }
+    }
+    /// An event stream sent in the given steps.
+    pub fn sse(steps: Vec<Step>) -> Self {
+        Reply {
+            status: 200,
+            headers: vec![("content-type".into(), "text/event-stream".into())],
+            steps,
+            delay: Duration::ZERO,
+        }
+    }
+    /// An event stream of `text`, split into chunks of `chunk` bytes.
+    pub fn sse_text(text: &str, chunk: usize) -> Self {
+        Self::sse(text.as_bytes().chunks(chunk.max(1)).map(|c| Step::Bytes(c.to_vec())).collect())
+    }
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+}
+
+/// A request as the server saw it.
+#[derive(Clone, Debug)]
+pub struct Captured {
+    pub method: String,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Captured {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).expect("the request body is JSON")
+    }
+}
+
+/// The server. Dropping it stops accepting.
+pub struct Server {
+    pub addr: SocketAddr,
+    captured: Arc<Mutex<Vec<Captured>>>,
+    /// How many streamed bodies found their client gone while sending.
+    pub disconnects: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+type Body = BoxBody<Bytes, std::io::Error>;
+
+impl Server {
+    pub async fn start(replies: Vec<Reply>) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1");
+        let addr = listener.local_addr().expect("local addr");
+        let captured = Arc::new(Mutex::new(Vec::new()));
+        let disconnects = Arc::new(AtomicUsize::new(0));
+        let replies = Arc::new(Mutex::new(VecDeque::from(replies)));
+        let (c, d) = (captured.clone(), disconnects.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                let (c, d, replies) = (c.clone(), d.clone(), replies.clone());
+                tokio::spawn(async move {
+                    let service = service_fn(move |req: Request<hyper::body::Incoming>| {
+                        let (c, d, replies) = (c.clone(), d.clone(), replies.clone());
+                        async move { Ok::<_, Infallible>(handle(req, c, d, replies).await) }
+                    });
+                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+                });
+            }
+        });
+        Server { addr, captured, disconnects, task }
+    }
+
+    /// `http://127.0.0.1:PORT` + `suffix`.
+    pub fn url(&self, suffix: &str) -> String {
+        format!("http://{}{suffix}", self.addr)
+    }
+
+    pub fn requests(&self) -> Vec<Captured> {
+        self.captured.lock().unwrap().clone()
+    }
+}
+
+async fn handle(
+    req: Request<hyper::body::Incoming>,
+    captured: Arc<Mutex<Vec<Captured>>>,
+    disconnects: Arc<AtomicUsize>,
+    replies: Arc<Mutex<VecDeque<Reply>>>,
+) -> Response<Body> {
+    let method = req.method().to_string();
+    let path = req.uri().path().to_owned();
+    let headers = req
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect();
+    let body = req.into_body().collect().await.map(|b| b.to_bytes().to_vec()).unwrap_or_default();
+    captured.lock().unwrap().push(Captured { method, path, headers, body });
+    let reply = replies.lock().unwrap().pop_front().unwrap_or_else(|| {
+        Reply::json(599, r#"{"error":{"message":"the test server has no reply scripted for this request"}}"#)
+    });
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await;
+    }
+    let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(4);
+    let steps = reply.steps.clone();
+    tokio::spawn(async move {
+        for step in steps {
+            match step {
+                Step::Bytes(b) => {
+                    if tx.send(Ok(Frame::data(Bytes::from(b)))).await.is_err() {
+                        disconnects.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    }
+                }
+                Step::Sleep(d) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(d) => {}
+                        _ = tx.closed() => {
+                            disconnects.fetch_add(1, Ordering::SeqCst);
+                            return;
+                        }
+                    }
+                }
+                Step::Cut => {
+                    let _ = tx.send(Err(std::io::Error::other("cut"))).await;
+                    return;
+                }
+                Step::Stall => {
+                    tx.closed().await;
+                    disconnects.fetch_add(1, Ordering::SeqCst);
+                    return;
+                }
+            }
+        }
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|x| (x, rx)) });
+    let mut resp = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+    *resp.status_mut() = hyper::StatusCode::from_u16(reply.status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    for (k, v) in &reply.headers {
+        resp.headers_mut().append(
+            hyper::header::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            hyper::header::HeaderValue::from_str(v).unwrap(),
+        );
+    }
+    resp
+}
+
+/// A fixture file's text.
+pub fn fixture(path: &str) -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(path);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("fixture {}: {e}", p.display()))
+}

@@ -11,45 +11,67 @@ use crate::tool::ToolSpec;
 use crate::usage::Usage;
 
 /// The messages a model is sent: the first user message plus the newest whole groups that fit the
-/// context budget. Cloning it is O(1): it shares the transcript's storage instead of copying it.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// context budget. Cloning it is O(1): it shares the transcript's storage instead of copying it, and a
+/// selection is a view (the first message, then the messages from an index on), so making one copies
+/// nothing either.
+#[derive(Clone, Debug, Default)]
 pub struct Conversation {
     items: imbl::Vector<Arc<Message>>,
+    /// 0: all of `items`. Otherwise `items[0]` followed by `items[start..]`.
+    start: usize,
+}
+
+impl PartialEq for Conversation {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
 }
 
 impl Conversation {
     pub(crate) fn from_vector(items: imbl::Vector<Arc<Message>>) -> Self {
-        Self { items }
+        Self { items, start: 0 }
+    }
+
+    /// `items[0]` followed by `items[start..]` (all of `items` when `start` is 0 or 1).
+    pub(crate) fn first_and_from(items: imbl::Vector<Arc<Message>>, start: usize) -> Self {
+        let start = if start <= 1 { 0 } else { start.min(items.len()) };
+        Self { items, start }
     }
 
     /// A conversation holding the given messages.
     pub fn from_messages(messages: impl IntoIterator<Item = Message>) -> Self {
-        Self { items: messages.into_iter().map(Arc::new).collect() }
+        Self { items: messages.into_iter().map(Arc::new).collect(), start: 0 }
     }
 
     /// How many messages it holds.
     pub fn len(&self) -> usize {
-        self.items.len()
+        if self.start == 0 { self.items.len() } else { 1 + self.items.len() - self.start }
     }
 
     /// True when it holds no message.
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.len() == 0
     }
 
     /// The message at `index`.
     pub fn get(&self, index: usize) -> Option<&Message> {
-        self.items.get(index).map(|m| m.as_ref())
+        let i = if self.start == 0 || index == 0 { index } else { self.start + index - 1 };
+        self.items.get(i).map(|m| m.as_ref())
     }
 
     /// The messages in order.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Message> + ExactSizeIterator {
-        self.items.iter().map(|m| m.as_ref())
+        let (first, rest) = if self.start == 0 {
+            (None, self.items.focus())
+        } else {
+            (self.items.front().map(|m| m.as_ref()), self.items.focus().narrow(self.start..))
+        };
+        ConversationIter { first, rest: rest.into_iter() }
     }
 
     /// The last message.
     pub fn last(&self) -> Option<&Message> {
-        self.items.last().map(|m| m.as_ref())
+        self.iter().next_back()
     }
 
     /// A copy of the messages.
@@ -57,6 +79,31 @@ impl Conversation {
         self.iter().cloned().collect()
     }
 }
+
+/// The messages of a [`Conversation`] in order: maybe the first message, then a range of the rest.
+struct ConversationIter<'a> {
+    first: Option<&'a Message>,
+    rest: imbl::vector::Iter<'a, Arc<Message>, imbl::shared_ptr::DefaultSharedPtr>,
+}
+
+impl<'a> Iterator for ConversationIter<'a> {
+    type Item = &'a Message;
+    fn next(&mut self) -> Option<&'a Message> {
+        self.first.take().or_else(|| self.rest.next().map(|m| m.as_ref()))
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = usize::from(self.first.is_some()) + self.rest.len();
+        (n, Some(n))
+    }
+}
+
+impl DoubleEndedIterator for ConversationIter<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.rest.next_back().map(|m| m.as_ref()).or_else(|| self.first.take())
+    }
+}
+
+impl ExactSizeIterator for ConversationIter<'_> {}
 
 impl Serialize for Conversation {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

@@ -250,14 +250,7 @@ impl Transcript {
             }
             return Ok(self.conversation());
         }
-        let start = self.group_starts[j];
-        if start == 1 {
-            return Ok(self.conversation());
-        }
-        let mut kept = self.messages.clone().split_off(start);
-        if let Some(first) = self.messages.front() {
-            kept.push_front(first.clone());
-        }
-        Ok(Conversation::from_vector(kept))
+        // A view: the first message, then the messages from `start` on; nothing is copied.
+        Ok(Conversation::first_and_from(self.messages.clone(), self.group_starts[j]))
     }
 }

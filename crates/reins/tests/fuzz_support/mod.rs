@@ -171,6 +171,13 @@ pub fn check_selection(budget: Option<u64>, messages: Vec<Message>) -> Reached {
         Ok(conversation) => {
             assert!(transcript.is_complete(), "an incomplete batch was selected");
             let sent: Vec<Message> = conversation.to_vec();
+            // The view answers the same through every accessor.
+            assert_eq!(conversation.len(), sent.len());
+            assert_eq!(conversation.iter().len(), sent.len());
+            assert_eq!(conversation.last(), sent.last());
+            assert!(conversation.iter().rev().eq(sent.iter().rev()));
+            assert!((0..=sent.len()).all(|i| conversation.get(i) == sent.get(i)));
+            assert_eq!(conversation, reins::Conversation::from_messages(sent.clone()));
             assert_eq!(sent.first(), messages.first(), "the selection does not start with the first user message");
             let kept = sent.len() - 1;
             let start = messages.len() - kept;

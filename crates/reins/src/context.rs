@@ -9,6 +9,11 @@ use serde::{Deserialize, Serialize};
 pub trait TokenCounter: Send + Sync {
     /// The size of `text`.
     fn count(&self, text: &str) -> u64;
+    /// The size of a JSON value written as compact JSON. The default writes the text and counts it; a
+    /// counter may count without building the string.
+    fn count_json(&self, value: &serde_json::Value) -> u64 {
+        self.count(&value.to_string())
+    }
     /// The unit, for messages: `"characters"` or `"tokens"`.
     fn unit(&self) -> &'static str;
 }
@@ -25,6 +30,24 @@ pub struct CharCounter;
 impl TokenCounter for CharCounter {
     fn count(&self, text: &str) -> u64 {
         text.chars().count() as u64
+    }
+    fn count_json(&self, value: &serde_json::Value) -> u64 {
+        /// Counts the characters of the UTF-8 written to it: every byte that is not a continuation byte.
+        struct Chars(u64);
+        impl std::io::Write for Chars {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0 += buf.iter().filter(|&&b| (b as i8) >= -0x40).count() as u64;
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut chars = Chars(0);
+        match serde_json::to_writer(&mut chars, value) {
+            Ok(()) => chars.0,
+            Err(_) => self.count(&value.to_string()),
+        }
     }
     fn unit(&self) -> &'static str {
         "characters"

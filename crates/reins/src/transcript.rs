@@ -64,7 +64,7 @@ pub fn measure(message: &Message, counter: &dyn TokenCounter) -> u64 {
     let mut n = counter.count(message.content());
     for call in message.tool_calls() {
         n = n.saturating_add(counter.count(&call.name));
-        n = n.saturating_add(counter.count(&call.arguments.to_string()));
+        n = n.saturating_add(counter.count_json(&call.arguments));
     }
     n
 }
@@ -167,6 +167,11 @@ impl Transcript {
     ) -> Result<(), TranscriptError> {
         let m = Message::Assistant { content, tool_calls };
         let size = measure(&m, counter);
+        self.append(m, size)
+    }
+
+    /// Appends an assistant message already measured with the transcript's counter.
+    pub(crate) fn push_measured(&mut self, m: Message, size: u64) -> Result<(), TranscriptError> {
         self.append(m, size)
     }
 

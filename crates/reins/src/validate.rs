@@ -45,7 +45,9 @@ fn cut(mut s: String) -> String {
 /// are: they are neither "integer" nor "number" here, since no JSON peer holds them exactly.
 pub(crate) fn validate_arguments(validator: &jsonschema::Validator, args: &Value) -> Result<(), Vec<ArgumentError>> {
     let mut errors = Vec::new();
-    unsafe_numbers(args, &mut String::new(), &mut errors);
+    if has_unsafe_number(args) {
+        unsafe_numbers(args, &mut String::new(), &mut errors);
+    }
     if errors.is_empty() {
         for e in validator.iter_errors(args).take(MAX_REPORTED_ERRORS) {
             errors.push(ArgumentError { pointer: e.instance_path().as_str().to_owned(), message: cut(e.to_string()) });
@@ -54,25 +56,37 @@ pub(crate) fn validate_arguments(validator: &jsonschema::Validator, args: &Value
     if errors.is_empty() { Ok(()) } else { Err(errors) }
 }
 
+/// True for an integer beyond ±2^53 or a non-finite number.
+fn is_unsafe(n: &serde_json::Number) -> bool {
+    if let Some(u) = n.as_u64() {
+        u > MAX_SAFE_INTEGER
+    } else if let Some(i) = n.as_i64() {
+        i.unsigned_abs() > MAX_SAFE_INTEGER
+    } else {
+        n.as_f64().is_some_and(|f| !f.is_finite() || (f.fract() == 0.0 && f.abs() > MAX_SAFE_INTEGER as f64))
+    }
+}
+
+/// True when some number in `v` is unsafe: the common, allocation-free check before paths are built.
+fn has_unsafe_number(v: &Value) -> bool {
+    match v {
+        Value::Number(n) => is_unsafe(n),
+        Value::Array(items) => items.iter().any(has_unsafe_number),
+        Value::Object(map) => map.values().any(has_unsafe_number),
+        _ => false,
+    }
+}
+
 fn unsafe_numbers(v: &Value, path: &mut String, out: &mut Vec<ArgumentError>) {
     if out.len() >= MAX_REPORTED_ERRORS {
         return;
     }
     match v {
-        Value::Number(n) => {
-            let unsafe_int = if let Some(u) = n.as_u64() {
-                u > MAX_SAFE_INTEGER
-            } else if let Some(i) = n.as_i64() {
-                i.unsigned_abs() > MAX_SAFE_INTEGER
-            } else {
-                n.as_f64().is_some_and(|f| !f.is_finite() || (f.fract() == 0.0 && f.abs() > MAX_SAFE_INTEGER as f64))
-            };
-            if unsafe_int {
-                out.push(ArgumentError {
-                    pointer: path.clone(),
-                    message: format!("{n} is outside ±2^53 and cannot be represented exactly"),
-                });
-            }
+        Value::Number(n) if is_unsafe(n) => {
+            out.push(ArgumentError {
+                pointer: path.clone(),
+                message: format!("{n} is outside ±2^53 and cannot be represented exactly"),
+            });
         }
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
@@ -104,7 +118,8 @@ pub struct ResponseError(pub String);
 /// Checks a typed response: tool calls have non-empty, unique ids and non-empty names, and usage adds up
 /// without overflow.
 pub fn check_response(r: &ModelResponse) -> Result<(), ResponseError> {
-    let mut ids = HashSet::with_capacity(r.tool_calls.len());
+    // A few calls are compared pairwise; a set pays off only for larger batches.
+    let mut ids = HashSet::with_capacity(if r.tool_calls.len() > 16 { r.tool_calls.len() } else { 0 });
     for (i, call) in r.tool_calls.iter().enumerate() {
         if call.id.is_empty() {
             return Err(ResponseError(format!("tool call {i} has an empty id")));
@@ -112,7 +127,12 @@ pub fn check_response(r: &ModelResponse) -> Result<(), ResponseError> {
         if call.name.is_empty() {
             return Err(ResponseError(format!("tool call {i} ({:?}) has an empty name", call.id)));
         }
-        if !ids.insert(call.id.as_str()) {
+        let repeated = if r.tool_calls.len() > 16 {
+            !ids.insert(call.id.as_str())
+        } else {
+            r.tool_calls[..i].iter().any(|c| c.id == call.id)
+        };
+        if repeated {
             return Err(ResponseError(format!("tool call id {:?} appears more than once", call.id)));
         }
     }

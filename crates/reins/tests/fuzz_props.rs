@@ -105,6 +105,13 @@ proptest! {
         check_response_bytes(serde_json::json!([v]).to_string().as_bytes());
     }
 
+    /// Sizes measured without writing the JSON out agree with the written text, escapes and all.
+    #[test]
+    fn json_is_measured_as_its_compact_text(v in json_value()) {
+        use reins::TokenCounter;
+        prop_assert_eq!(reins::CharCounter.count_json(&v), reins::CharCounter.count(&v.to_string()));
+    }
+
     #[test]
     fn random_bytes_never_panic_the_context_selector(data in prop::collection::vec(any::<u8>(), 0..384)) {
         let _ = check_selector_bytes(&data);

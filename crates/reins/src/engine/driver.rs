@@ -496,11 +496,14 @@ impl Agent {
                 }
             }
             for (p, slot) in batch[i..j].iter().zip(slots[i..j].iter_mut()) {
-                emitter.emit(EventKind::ToolStart {
-                    call_id: p.call.id.clone(),
-                    name: p.call.name.clone(),
-                    arguments: emitter.include_content.then(|| p.call.arguments.clone()),
-                });
+                // Events are built only when someone listens (their strings are copies).
+                if emitter.active() {
+                    emitter.emit(EventKind::ToolStart {
+                        call_id: p.call.id.clone(),
+                        name: p.call.name.clone(),
+                        arguments: emitter.include_content.then(|| p.call.arguments.clone()),
+                    });
+                }
                 slot.started = true;
             }
             join_all(batch[i..j].iter().zip(slots[i..j].iter_mut()).map(|(p, slot)| async move {
@@ -512,13 +515,15 @@ impl Agent {
             .await;
             for (p, slot) in batch[i..j].iter().zip(slots[i..j].iter_mut()) {
                 if let Some(r) = &slot.result {
-                    emitter.emit(EventKind::ToolEnd {
-                        call_id: p.call.id.clone(),
-                        name: p.call.name.clone(),
-                        is_error: r.is_error,
-                        duration_ms: ms(slot.elapsed),
-                        content: emitter.include_content.then(|| r.content.clone()),
-                    });
+                    if emitter.active() {
+                        emitter.emit(EventKind::ToolEnd {
+                            call_id: p.call.id.clone(),
+                            name: p.call.name.clone(),
+                            is_error: r.is_error,
+                            duration_ms: ms(slot.elapsed),
+                            content: emitter.include_content.then(|| r.content.clone()),
+                        });
+                    }
                     slot.reported = true;
                 }
             }

@@ -286,12 +286,9 @@ impl RunState {
                 );
             }
         }
-        let Message::Assistant { content, tool_calls } = assistant else {
-            return self.end(Status::ModelError, None, Some("internal: assistant message expected".into()));
-        };
-        let mut batch = Vec::with_capacity(tool_calls.len());
+        let mut batch = Vec::with_capacity(assistant.tool_calls().len());
         let mut stop = None;
-        for call in &tool_calls {
+        for call in assistant.tool_calls() {
             let plan = match registry.check(&call.name, &call.arguments) {
                 Err(e) => Plan::Reject { message: e.to_string() },
                 Ok(_) => match policy.map_or(Decision::Allow, |p| p.check(call)) {
@@ -306,7 +303,7 @@ impl RunState {
             batch.push(PlannedCall { call: call.clone(), plan });
         }
         self.tool_calls += n;
-        if let Err(e) = self.transcript.push_assistant(content, tool_calls, counter) {
+        if let Err(e) = self.transcript.push_measured(assistant, assistant_size) {
             return self.end(Status::ModelError, None, Some(e.to_string()));
         }
         if let Some(reason) = stop {
@@ -365,8 +362,9 @@ impl RunState {
                     .flatten()
                     .unwrap_or_else(|| CallResult { content: unfinished.to_owned(), is_error: true });
                 let content = match ctx.max_tool_result_chars {
-                    Some(max) => bound_text(&r.content, max),
-                    None => r.content,
+                    // Within the limit in bytes is within it in characters: keep the string as it is.
+                    Some(max) if r.content.len() > max => bound_text(&r.content, max),
+                    _ => r.content,
                 };
                 (p.call.id, content, r.is_error)
             })

@@ -16,7 +16,10 @@ pub use command::{
     CommandConfig, CommandError, CommandOutcome, CommandRunner, DEFAULT_ENV_ALLOW, DEFAULT_TIMEOUT, Preset,
     ResourceLimits, RunCommand, Termination, is_secret_name, parse_duration,
 };
-pub use files::{EditFile, ListDir, ReadFile, Search, WriteFile, file_tools};
+pub use files::{
+    EditFile, EditFileArgs, ListDir, ListDirArgs, ReadFile, ReadFileArgs, Search, SearchArgs, WriteFile, WriteFileArgs,
+    file_tools,
+};
 pub use output::{CappedBuffer, DEFAULT_OUTPUT_CAP};
 pub use sandbox::{
     PreparedSandbox, SandboxError, SandboxMode, SandboxRequest, SandboxSupport, prepare, prepare_with, probe,

@@ -1,14 +1,56 @@
-//! The streamable HTTP transport.
+//! The streamable HTTP transport: rmcp's client over reqwest, with rustls on the `ring` provider.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
 
+use reqwest::header::{HeaderName, HeaderValue};
+use rmcp::ServiceExt;
 use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::common::client_side_sse::SseRetryPolicy;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
-/// Connects to a streamable HTTP endpoint and completes `initialize`.
+/// Reconnects a dropped event stream at most three times (0.5 s, 1 s, 1.5 s), so that a server that died
+/// fails its calls in seconds instead of at the call timeout.
+#[derive(Debug)]
+struct BoundedRetry;
+
+impl SseRetryPolicy for BoundedRetry {
+    fn retry(&self, current_times: usize) -> Option<Duration> {
+        let n = u32::try_from(current_times).ok().filter(|n| *n < 3)?;
+        Some(Duration::from_millis(500) * (n + 1))
+    }
+}
+
+/// Connects to a streamable HTTP endpoint and completes `initialize`. An `Authorization: Bearer TOKEN`
+/// header is sent as the transport's bearer token; other headers go with every request.
 pub(crate) async fn connect<H: rmcp::ClientHandler>(
-    _handler: H,
+    handler: H,
     url: &str,
-    _headers: &BTreeMap<String, String>,
+    headers: &BTreeMap<String, String>,
 ) -> Result<RunningService<RoleClient, H>, String> {
-    Err(format!("streamable HTTP ({url}) is not supported by this build"))
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+    config.retry_config = Arc::new(BoundedRetry);
+    let mut custom = HashMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        if name.eq_ignore_ascii_case("authorization") {
+            let token = value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")).ok_or_else(|| {
+                "only a bearer token (\"Authorization: Bearer TOKEN\") can be sent as the Authorization header"
+                    .to_owned()
+            })?;
+            config = config.auth_header(token.trim().to_owned());
+            continue;
+        }
+        let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| format!("invalid header name {name:?}"))?;
+        let value = HeaderValue::from_str(value).map_err(|_| format!("invalid value for header {name:?}"))?;
+        custom.insert(header, value);
+    }
+    config = config.custom_headers(custom);
+    // reqwest is built without a crypto provider of its own: use ring (never aws-lc). Installing fails only
+    // when a provider is already installed, which is as good.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder().build().map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+    let transport = StreamableHttpClientTransport::with_client(client, config);
+    handler.serve(transport).await.map_err(|e| e.to_string())
 }

@@ -18,7 +18,7 @@
 
 use std::hint::black_box;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use reins::{
@@ -94,6 +94,14 @@ fn reps(n: usize) -> usize {
     if quick() { 1.max(n / 5) } else { n }
 }
 
+/// The on-CPU time of the calling thread, in seconds. Single-threaded figures (W1 on a current-thread
+/// runtime, W4, W5) are measured with it, so that other work on a busy machine does not count; on an
+/// idle machine it equals the wall time. W3 is measured in wall time.
+fn cpu_now() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+}
+
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     let n = xs.len();
@@ -162,9 +170,9 @@ fn w1_once(
     let model = if record { model } else { model.without_recording() };
     let sink = (variant == Variant::Observer).then(|| Arc::new(Mutex::new(Vec::with_capacity(4 * steps + 8))));
     let agent = agent(model, registry, variant, sink.clone());
-    let t0 = Instant::now();
+    let t0 = cpu_now();
     let outcome = rt.block_on(agent.run("Say hello through the echo tool, again and again.", CancellationToken::new()));
-    let elapsed = t0.elapsed();
+    let elapsed = cpu_now() - t0;
     if outcome.status != Status::Completed || outcome.tool_calls != steps as u64 {
         fail(&format!("W1 run ended {:?} after {} calls: {:?}", outcome.status, outcome.tool_calls, outcome.error));
     }
@@ -176,7 +184,7 @@ fn w1_once(
         }
     }
     drop(black_box(outcome));
-    elapsed.as_secs_f64() * 1e6 / steps as f64
+    elapsed * 1e6 / steps as f64
 }
 
 fn w1(rt: &tokio::runtime::Runtime, registry: &Arc<Registry>, steps: usize, variant: Variant, record: bool) -> f64 {
@@ -297,22 +305,22 @@ fn time_per_call<R>(mut f: impl FnMut() -> R) -> f64 {
     // Calibrate a batch to ~2 ms.
     let mut batch = 1usize;
     loop {
-        let t0 = Instant::now();
+        let t0 = cpu_now();
         for _ in 0..batch {
             black_box(f());
         }
-        if t0.elapsed() >= Duration::from_millis(2) || batch >= 1 << 24 {
+        if cpu_now() - t0 >= 2e-3 || batch >= 1 << 24 {
             break;
         }
         batch *= 2;
     }
     let samples = (0..reps(25))
         .map(|_| {
-            let t0 = Instant::now();
+            let t0 = cpu_now();
             for _ in 0..batch {
                 black_box(f());
             }
-            t0.elapsed().as_secs_f64() * 1e6 / batch as f64
+            (cpu_now() - t0) * 1e6 / batch as f64
         })
         .collect();
     median(samples)

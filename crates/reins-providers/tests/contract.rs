@@ -1,0 +1,161 @@
+//! Contract tests against the official SDKs' own types: the request bodies the adapters send (captured by
+//! a local server) and the canned responses the other tests replay are validated by
+//! `tests/contract/check_contract.py` with the PyPI packages `openai` and `anthropic` (installed by
+//! `.ci/setup-providers.sh`).
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use common::{Reply, Server, fixture, sdk_python};
+use reins::{Conversation, Message, Model, ModelRequest, ToolCall, ToolSpec};
+use reins_providers::{Api, Provider, ToolChoice};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+fn dir(api: Api) -> &'static str {
+    match api {
+        Api::OpenAiResponses => "openai_responses",
+        Api::OpenAiChat => "openai_chat",
+        Api::Anthropic => "anthropic",
+    }
+}
+
+fn tools() -> Arc<[ToolSpec]> {
+    Arc::from(vec![
+        ToolSpec {
+            name: "get_weather".into(),
+            description: "The weather in a city.".into(),
+            input_schema: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        },
+        ToolSpec { name: "anything".into(), description: "Takes anything.".into(), input_schema: json!(true) },
+    ])
+}
+
+fn requests() -> Vec<(&'static str, ModelRequest)> {
+    let simple =
+        ModelRequest { messages: Conversation::from_messages(vec![Message::user("Hi")]), tools: Arc::from([]) };
+    let history = ModelRequest {
+        messages: Conversation::from_messages(vec![
+            Message::user("Weather in Paris and Rome?"),
+            Message::assistant(
+                "Checking.",
+                vec![
+                    ToolCall::new("call_1", "get_weather", json!({"city": "Paris"})),
+                    ToolCall::new("call_2", "get_weather", json!("{\"city\": ")),
+                ],
+            ),
+            Message::tool_result("call_1", "18°C", false),
+            Message::tool_result("call_2", "invalid arguments", true),
+            Message::assistant("", vec![ToolCall::new("call_3", "anything", json!({}))]),
+            Message::tool_result("call_3", "ok", false),
+            Message::assistant("Paris is warm.", vec![]),
+            Message::user("And tomorrow?"),
+        ]),
+        tools: tools(),
+    };
+    vec![("simple", simple), ("history", history)]
+}
+
+/// Sends every variant through every adapter and writes the captured bodies to `out/<api>/<name>.json`.
+async fn capture(out: &std::path::Path) {
+    for api in [Api::OpenAiResponses, Api::OpenAiChat, Api::Anthropic] {
+        let target = out.join(dir(api));
+        std::fs::create_dir_all(&target).unwrap();
+        let choices = [
+            ("auto", ToolChoice::Auto),
+            ("required", ToolChoice::Required),
+            ("none", ToolChoice::None),
+            ("tool", ToolChoice::Tool("get_weather".into())),
+        ];
+        for stream in [false, true] {
+            for (name, request) in requests() {
+                for (choice_name, choice) in &choices {
+                    let reply = if stream {
+                        Reply::sse_text(&fixture(&format!("{}/text.sse", dir(api))), 4096)
+                    } else {
+                        Reply::json(200, fixture(&format!("{}/text.json", dir(api))))
+                    };
+                    let server = Server::start(vec![reply]).await;
+                    let base = if api == Api::Anthropic { server.url("") } else { server.url("/v1") };
+                    let mut b = Provider::builder(api, "gpt-4.1-mini")
+                        .base_url(base)
+                        .api_key(Some("sk-test".into()))
+                        .stream(stream)
+                        .tool_choice(choice.clone());
+                    if name == "history" {
+                        b = b.system("Be brief.").max_output_tokens(300);
+                        if api != Api::Anthropic {
+                            b = b.temperature(0.7);
+                        }
+                    }
+                    let p = b.build().unwrap();
+                    p.generate(&request, &CancellationToken::new()).await.unwrap();
+                    let body = &server.requests()[0].body;
+                    let file =
+                        target.join(format!("{name}-{choice_name}-{}.json", if stream { "stream" } else { "plain" }));
+                    std::fs::write(file, body).unwrap();
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn request_bodies_and_fixtures_match_the_official_sdk_types() {
+    let python = sdk_python();
+    let out = std::env::temp_dir().join(format!("reins-contract-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    capture(&out).await;
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let result = std::process::Command::new(&python)
+        .arg(root.join("contract/check_contract.py"))
+        .arg("--requests")
+        .arg(&out)
+        .arg("--fixtures")
+        .arg(root.join("fixtures"))
+        .output()
+        .expect("run the contract check");
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    let _ = std::fs::remove_dir_all(&out);
+    assert!(result.status.success(), "the contract check failed:\n{stdout}\n{stderr}");
+    // 3 APIs × 16 request variants, plus every fixture file.
+    let ok = stdout.lines().filter(|l| l.starts_with("ok   request")).count();
+    assert_eq!(ok, 48, "{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("ok   stream anthropic/tools.sse")), "{stdout}");
+}
+
+/// The check refuses what the SDKs' types refuse: a misspelt key, a wrong role, a missing field.
+#[test]
+fn the_contract_check_refuses_bodies_the_sdks_refuse() {
+    let python = sdk_python();
+    let out = std::env::temp_dir().join(format!("reins-contract-bad-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let bad = [
+        ("openai_responses", json!({"model": "m", "input": [{"type": "message", "role": "user", "contnt": "x"}]})),
+        ("openai_chat", json!({"model": "m", "messages": [{"role": "robot", "content": "x"}]})),
+        ("anthropic", json!({"model": "m", "messages": [{"role": "user", "content": "x"}]})),
+    ];
+    for (api, body) in &bad {
+        std::fs::create_dir_all(out.join(api)).unwrap();
+        std::fs::write(out.join(api).join("bad.json"), body.to_string()).unwrap();
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let empty = out.join("no-fixtures");
+    std::fs::create_dir_all(&empty).unwrap();
+    let result = std::process::Command::new(&python)
+        .arg(root.join("contract/check_contract.py"))
+        .args(["--requests".as_ref(), out.as_os_str(), "--fixtures".as_ref(), empty.as_os_str()])
+        .output()
+        .expect("run the contract check");
+    let stdout = String::from_utf8_lossy(&result.stdout).into_owned();
+    let _ = std::fs::remove_dir_all(&out);
+    assert_eq!(result.status.code(), Some(1), "{stdout}");
+    for (api, _) in &bad {
+        assert!(stdout.contains(&format!("FAIL request {api}/bad.json")), "{stdout}");
+    }
+    assert!(stdout.contains("max_tokens"), "Anthropic's required max_tokens is named: {stdout}");
+    assert!(stdout.trim_end().ends_with("0 passed, 3 failed"), "{stdout}");
+}

@@ -1,1 +1,184 @@
-fn main() {}
+//! What the session log adds to a run: `cargo bench -p reins-store --bench store`, JSON lines
+//! `{"id", "value", "unit"}`.
+//!
+//! A scripted run of many steps (each a one-call batch with a trivial tool) is timed without a journal
+//! and with the default store (WAL, synchronous=NORMAL). The difference per step is the log's cost; a
+//! timing wrapper around the journal also splits it into time spent recording (serializing and
+//! enqueueing, on the engine's thread) and time spent waiting for the flush before each model call.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use reins::{
+    Agent, Event, FnTool, Journal, JournalError, Limits, Message, ModelError, ModelResponse, Outcome, Registry,
+    RunJournal, RunState, ScriptStep, ScriptedModel, ToolCall, ToolOutput, ToolSpec, Usage,
+};
+use reins_store::{SessionMeta, Store};
+use tokio_util::sync::CancellationToken;
+
+const STEPS: usize = 2000;
+const REPEATS: usize = 7;
+
+#[derive(Default)]
+struct Clock {
+    record_ns: AtomicU64,
+    flush_ns: AtomicU64,
+    flushes: AtomicU64,
+}
+
+struct Timed<J> {
+    inner: J,
+    clock: Arc<Clock>,
+}
+
+struct TimedRun {
+    inner: Arc<dyn RunJournal>,
+    clock: Arc<Clock>,
+}
+
+#[async_trait]
+impl<J: Journal> Journal for Timed<J> {
+    async fn start(&self, state: &RunState, tools: &[ToolSpec]) -> Result<Arc<dyn RunJournal>, JournalError> {
+        let inner = self.inner.start(state, tools).await?;
+        Ok(Arc::new(TimedRun { inner, clock: self.clock.clone() }))
+    }
+}
+
+impl TimedRun {
+    fn time<T>(&self, f: impl FnOnce() -> T) -> T {
+        let t0 = Instant::now();
+        let out = f();
+        self.clock.record_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        out
+    }
+}
+
+#[async_trait]
+impl RunJournal for TimedRun {
+    fn session_id(&self) -> &str {
+        self.inner.session_id()
+    }
+    fn recorded(&self) -> usize {
+        self.inner.recorded()
+    }
+    fn message(&self, index: usize, message: &Message) {
+        self.time(|| self.inner.message(index, message))
+    }
+    fn response(&self, step: u64, response: Result<&ModelResponse, &ModelError>) {
+        self.time(|| self.inner.response(step, response))
+    }
+    fn event(&self, event: &Event) {
+        self.time(|| self.inner.event(event))
+    }
+    async fn flush(&self) -> Result<(), JournalError> {
+        let t0 = Instant::now();
+        let r = self.inner.flush().await;
+        self.clock.flush_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.clock.flushes.fetch_add(1, Ordering::Relaxed);
+        r
+    }
+    async fn finish(&self, outcome: &Outcome) -> Result<(), JournalError> {
+        self.inner.finish(outcome).await
+    }
+}
+
+fn script(steps: usize, latency: Option<Duration>) -> Vec<ScriptStep> {
+    (0..steps)
+        .map(|i| {
+            let r = ModelResponse::tool_calls(
+                "working on it",
+                vec![ToolCall::new(format!("c{i}"), "echo", serde_json::json!({"text": format!("step {i}")}))],
+            )
+            .with_usage(Usage::new(1200, 40));
+            match latency {
+                Some(d) => ScriptStep::Delay(d, Box::new(ScriptStep::Respond(r))),
+                None => ScriptStep::Respond(r),
+            }
+        })
+        .chain(std::iter::once(ScriptStep::Respond(ModelResponse::text("done"))))
+        .collect()
+}
+
+fn builder(steps: usize, latency: Option<Duration>) -> reins::AgentBuilder {
+    let echo = FnTool::new(
+        "echo",
+        "Returns its text.",
+        serde_json::json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+        |args, _ctx| async move { Ok(ToolOutput::Json(args["text"].clone())) },
+    );
+    Agent::builder(ScriptedModel::new(script(steps, latency)).without_recording())
+        .registry(Registry::builder().tool(echo).build().unwrap_or_else(|e| panic!("{e}")))
+        .limits(Limits::unlimited())
+}
+
+fn emit(id: &str, value: f64, unit: &str) {
+    println!("{}", serde_json::json!({"id": id, "value": (value * 1000.0).round() / 1000.0, "unit": unit}));
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+struct Figures {
+    base: f64,
+    with: f64,
+    record: f64,
+    flush: f64,
+}
+
+fn measure(
+    rt: &tokio::runtime::Runtime,
+    store: &Store,
+    steps: usize,
+    latency: Option<Duration>,
+    repeats: usize,
+) -> Figures {
+    let n = (steps + 1) as f64;
+    let (mut base, mut with, mut record, mut flush) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..repeats {
+        let agent = builder(steps, latency).build().unwrap_or_else(|e| panic!("{e}"));
+        let t0 = Instant::now();
+        let o = rt.block_on(agent.run("go", CancellationToken::new()));
+        base.push(t0.elapsed().as_secs_f64() * 1e6 / n);
+        assert_eq!(o.status, reins::Status::Completed);
+
+        let clock = Arc::new(Clock::default());
+        let journal = Timed { inner: store.journal(SessionMeta::default()), clock: clock.clone() };
+        let agent = builder(steps, latency).journal(journal).build().unwrap_or_else(|e| panic!("{e}"));
+        let t0 = Instant::now();
+        let o = rt.block_on(agent.run("go", CancellationToken::new()));
+        with.push(t0.elapsed().as_secs_f64() * 1e6 / n);
+        assert_eq!(o.status, reins::Status::Completed, "{:?}", o.error);
+        record.push(clock.record_ns.load(Ordering::Relaxed) as f64 / 1e3 / n);
+        flush.push(
+            clock.flush_ns.load(Ordering::Relaxed) as f64 / 1e3 / clock.flushes.load(Ordering::Relaxed).max(1) as f64,
+        );
+    }
+    Figures { base: median(base), with: median(with), record: median(record), flush: median(flush) }
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
+    let dir = std::env::temp_dir().join(format!("reins-store-bench-{}", std::process::id()));
+    let store = Store::open(dir.join("sessions.db")).unwrap_or_else(|e| panic!("{e}"));
+    // Steps back to back (a model that answers at once): the writer's whole cost lands on the run.
+    let f = measure(&rt, &store, STEPS, None, REPEATS);
+    emit("store.b2b.step_without_log", f.base, "us/step");
+    emit("store.b2b.step_with_log", f.with, "us/step");
+    emit("store.b2b.added_per_step", f.with - f.base, "us/step");
+    emit("store.b2b.record_on_engine_thread", f.record, "us/step");
+    emit("store.b2b.flush_wait", f.flush, "us/flush");
+    // A model that takes 2 ms (still far quicker than a real one): the writer works while it runs.
+    let f = measure(&rt, &store, 300, Some(Duration::from_millis(2)), 3);
+    emit("store.paced.added_per_step", f.with - f.base, "us/step");
+    emit("store.paced.record_on_engine_thread", f.record, "us/step");
+    emit("store.paced.flush_wait", f.flush, "us/flush");
+    emit("store.paced.engine_cost_per_step", f.record + f.flush, "us/step");
+    let size = std::fs::metadata(dir.join("sessions.db")).map_or(0, |m| m.len())
+        + std::fs::metadata(dir.join("sessions.db-wal")).map_or(0, |m| m.len());
+    emit("store.bytes_per_step", size as f64 / ((STEPS + 1) * REPEATS + 301 * 3) as f64, "bytes/step");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -35,6 +35,10 @@ pub struct SessionMeta {
     pub workspace: Option<String>,
     /// Prices, when known; the session's cost stays unknown otherwise.
     pub prices: Option<Prices>,
+    /// How the caller configured each run (e.g. the command's flags), recorded with each run start so
+    /// that a replay can rebuild the same tools and context rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<serde_json::Value>,
 }
 
 #[derive(Clone, Debug)]
@@ -267,6 +271,7 @@ impl Journal for SessionJournal {
             tools: tools.to_vec(),
             initial_messages: initial as u64,
             recorded_messages: recorded as u64,
+            config: self.meta.config.clone(),
         };
         let start =
             serde_json::to_string(&start).map_err(|e| JournalError(format!("cannot serialize the run: {e}")))?;
@@ -362,6 +367,11 @@ fn writer(
             return;
         }
     };
+    // This connection never checkpoints inside a commit (see below).
+    if let Err(e) = conn.query_row("PRAGMA wal_autocheckpoint = 0", [], |_| Ok(())) {
+        let _ = ready.send(Err(StoreError::sqlite(&path, e).to_string()));
+        return;
+    }
     let started = match begin(&mut conn, &meta, &target, &start, recorded) {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
@@ -379,18 +389,45 @@ fn writer(
     if ready.send(Ok(started)).is_err() {
         return;
     }
+    let mut since_checkpoint = 0u32;
     let mut error: Option<String> = None;
     let mut rows: Vec<Row> = Vec::new();
     let mut waiters: Vec<oneshot::Sender<Result<(), String>>> = Vec::new();
-    while let Ok(first) = rx.recv() {
-        let mut next = Some(first);
-        // Take everything already queued: one transaction for all of it.
+    // Rows wait in memory until a flush asks for them (one transaction per step), until many are
+    // waiting, or until the run has been quiet for a moment (a long tool call: its start is kept).
+    loop {
+        let cmd = if rows.is_empty() {
+            match rx.recv() {
+                Ok(c) => Some(c),
+                Err(_) => break,
+            }
+        } else {
+            match rx.recv_timeout(IDLE_WRITE) {
+                Ok(c) => Some(c),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    // The run is gone without a last flush (it was dropped): keep what it recorded.
+                    if error.is_none() {
+                        let _ = write(&mut conn, &session_id, run, next_seq, &rows);
+                    }
+                    break;
+                }
+            }
+        };
+        let mut commit = cmd.is_none();
+        let mut next = cmd;
         while let Some(cmd) = next {
             match cmd {
                 Cmd::Row(r) => rows.push(r),
-                Cmd::Flush(w) => waiters.push(w),
+                Cmd::Flush(w) => {
+                    waiters.push(w);
+                    commit = true;
+                }
             }
-            next = if rows.len() >= 1024 { None } else { rx.try_recv().ok() };
+            next = rx.try_recv().ok();
+        }
+        if !commit && rows.len() < MAX_PENDING {
+            continue;
         }
         if error.is_none() && !rows.is_empty() {
             match write(&mut conn, &session_id, run, next_seq, &rows) {
@@ -399,11 +436,30 @@ fn writer(
             }
         }
         rows.clear();
+        let flushed = !waiters.is_empty();
         for w in waiters.drain(..) {
             let _ = w.send(error.clone().map_or(Ok(()), Err));
         }
+        // Checkpoint here, after the run got its answer and while it calls the model, rather than
+        // inside a commit it waits for.
+        if flushed && error.is_none() {
+            since_checkpoint += 1;
+            if since_checkpoint >= CHECKPOINT_EVERY {
+                since_checkpoint = 0;
+                let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+            }
+        }
     }
+    let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
 }
+
+/// Flushes between two checkpoints of the write-ahead log.
+const CHECKPOINT_EVERY: u32 = 256;
+
+/// How long rows may wait for a flush while the run is quiet.
+const IDLE_WRITE: std::time::Duration = std::time::Duration::from_millis(200);
+/// How many rows may wait for a flush before they are written anyway.
+const MAX_PENDING: usize = 2048;
 
 fn write(conn: &mut Connection, session: &str, run: i64, mut seq: i64, rows: &[Row]) -> rusqlite::Result<i64> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;

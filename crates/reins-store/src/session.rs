@@ -52,6 +52,9 @@ pub struct RunStartData {
     pub initial_messages: u64,
     /// How many of them were already recorded by earlier runs.
     pub recorded_messages: u64,
+    /// What the caller recorded about how the run was configured (e.g. the command's flags).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<serde_json::Value>,
 }
 
 /// A recorded model answer.

@@ -32,6 +32,7 @@ fn agent(store: &Store, steps: Vec<ModelResponse>) -> Agent {
             model: Some("scripted".into()),
             workspace: None,
             prices: Some(reins_store::Prices { input_per_mtok: 1.0, output_per_mtok: 2.0 }),
+            config: None,
         }))
         .build()
         .unwrap()

@@ -383,6 +383,15 @@ impl Agent {
                 }
                 Action::RunTools(batch) => {
                     let batch: Vec<PlannedCall> = batch.to_vec();
+                    // The proposed calls are durable before any of them runs: after a crash mid-batch a
+                    // resume sees them without results, and no side effect is silently repeated.
+                    if let Some(j) = &journal {
+                        if let Err(e) = j.flush().await {
+                            run_cancel.cancel();
+                            state.interrupt(Status::Aborted, e.to_string(), &self.context);
+                            continue;
+                        }
+                    }
                     let mut slots: Vec<Slot> = vec![Slot::default(); batch.len()];
                     let outcome = {
                         let work = self.run_batch(&registry, &batch, &mut slots, &run_cancel, &mut emitter);

@@ -1,0 +1,164 @@
+//! Replay: a recorded session reproduces exactly; a changed tool is reported at the first divergence.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use common::{TempDir, rt};
+use reins::{
+    Agent, ContextConfig, FnTool, ModelResponse, Registry, ScriptedModel, Status, ToolCall, ToolOutput, Usage,
+};
+use reins_store::{ReplayTools, SessionMeta, Store, replay};
+use tokio_util::sync::CancellationToken;
+
+/// A tool that writes a file in `root` and reports its size; `broken` changes what it answers.
+fn writer(root: std::path::PathBuf, broken: Arc<AtomicBool>) -> FnTool {
+    FnTool::new(
+        "write",
+        "Writes a file.",
+        serde_json::json!({"type": "object", "properties": {"name": {"type": "string"}, "text": {"type": "string"}},
+            "required": ["name", "text"], "additionalProperties": false}),
+        move |args, _ctx| {
+            let root = root.clone();
+            let broken = broken.load(Ordering::SeqCst);
+            async move {
+                let name = args["name"].as_str().unwrap_or("x").to_owned();
+                let text = args["text"].as_str().unwrap_or("").to_owned();
+                let path = root.join(&name);
+                std::fs::write(&path, &text).map_err(|e| reins::ToolError::failed(e.to_string()))?;
+                let n = if broken { text.len() + 1 } else { text.len() };
+                Ok(ToolOutput::Text(format!("wrote {n} bytes to {name}")))
+            }
+        },
+    )
+}
+
+fn script() -> Vec<ModelResponse> {
+    vec![
+        ModelResponse::tool_calls(
+            "writing",
+            vec![
+                ToolCall::new("1", "write", serde_json::json!({"name": "a.txt", "text": "hello"})),
+                ToolCall::new("2", "write", serde_json::json!({"name": "b.txt"})),
+            ],
+        )
+        .with_usage(Usage::new(10, 5)),
+        ModelResponse::tool_calls(
+            "",
+            vec![ToolCall::new("3", "write", serde_json::json!({"name": "c.txt", "text": "bye"}))],
+        ),
+        ModelResponse::text("wrote the files"),
+    ]
+}
+
+#[test]
+fn replay_reproduces_a_session_and_reports_a_changed_tool() {
+    let dir = TempDir::new("replay");
+    let store = Store::open(dir.path().join("s.db")).unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let broken = Arc::new(AtomicBool::new(false));
+    let registry = Arc::new(Registry::builder().tool(writer(work.clone(), broken.clone())).build().unwrap());
+    let agent = Agent::builder(ScriptedModel::new(script()))
+        .registry(registry.clone())
+        .journal(store.journal(SessionMeta::default()))
+        .build()
+        .unwrap();
+    let outcome = rt().block_on(agent.run("write three files", CancellationToken::new()));
+    assert_eq!(outcome.status, Status::Completed);
+    // The invalid call (no text) got a validation error result; it is part of what must reproduce.
+    assert!(outcome.messages[3].content().contains("text"), "{:?}", outcome.messages[3]);
+    let session = store.load(outcome.session_id.as_deref().unwrap()).unwrap();
+
+    // Live tools in a fresh directory: identical.
+    let scratch = dir.path().join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let live = Arc::new(Registry::builder().tool(writer(scratch.clone(), broken.clone())).build().unwrap());
+    let report = rt().block_on(replay(&session, ReplayTools::Live(live.clone()), ContextConfig::default())).unwrap();
+    assert_eq!(report.divergence, None, "{:?}", report.divergence);
+    assert_eq!((report.runs, report.steps), (1, 3));
+    assert_eq!(std::fs::read_to_string(scratch.join("c.txt")).unwrap(), "bye", "the tools ran for real");
+
+    // Recorded results: identical, and nothing is written.
+    let report = rt().block_on(replay(&session, ReplayTools::Recorded, ContextConfig::default())).unwrap();
+    assert_eq!(report.divergence, None);
+
+    // A deliberate change to the tool: the first result differs, and the replay says where.
+    broken.store(true, Ordering::SeqCst);
+    let report = rt().block_on(replay(&session, ReplayTools::Live(live), ContextConfig::default())).unwrap();
+    let d = report.divergence.expect("the changed tool is reported");
+    assert_eq!((d.run, d.what.as_str(), d.index), (1, "tool_result", Some(2)));
+    assert_eq!(d.recorded["content"], "wrote 5 bytes to a.txt");
+    assert_eq!(d.replayed["content"], "wrote 6 bytes to a.txt");
+    assert!(d.to_string().contains("tool result differs at transcript item 2"), "{d}");
+
+    // A harness change: a stricter context cut changes the recorded results.
+    broken.store(false, Ordering::SeqCst);
+    let strict = ContextConfig { max_tool_result_chars: Some(8), ..ContextConfig::default() };
+    let report = rt().block_on(replay(&session, ReplayTools::Recorded, strict)).unwrap();
+    assert_eq!(report.divergence.map(|d| d.what), Some("tool_result".to_owned()));
+
+    // A tool whose schema changed: the call is now refused, a different result.
+    let renamed = FnTool::new(
+        "write",
+        "Writes.",
+        serde_json::json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+        |_a, _c| async { Ok(ToolOutput::Text("ok".into())) },
+    );
+    let report = rt()
+        .block_on(replay(
+            &session,
+            ReplayTools::Live(Arc::new(Registry::builder().tool(renamed).build().unwrap())),
+            ContextConfig::default(),
+        ))
+        .unwrap();
+    assert!(report.divergence.is_some());
+}
+
+#[test]
+fn replay_covers_resumed_and_crashed_runs() {
+    let dir = TempDir::new("replay-resume");
+    let store = Store::open(dir.path().join("s.db")).unwrap();
+    let echo = || {
+        FnTool::new("echo", "Echo.", serde_json::json!({"type": "object"}), |args, _c| async move {
+            Ok(ToolOutput::Json(args))
+        })
+    };
+    let a = Agent::builder(ScriptedModel::new(vec![
+        ModelResponse::tool_calls("", vec![ToolCall::new("1", "echo", serde_json::json!({"a": 1}))]),
+        ModelResponse::text("first"),
+    ]))
+    .registry(Registry::builder().tool(echo()).build().unwrap())
+    .journal(store.journal(SessionMeta::default()))
+    .build()
+    .unwrap();
+    let first = rt().block_on(a.run("one", CancellationToken::new()));
+    let session = store.load(first.session_id.as_deref().unwrap()).unwrap();
+    let b = Agent::builder(ScriptedModel::new(vec![
+        ModelResponse::tool_calls("", vec![ToolCall::new("2", "echo", serde_json::json!({"b": 2}))]),
+        ModelResponse::text("second"),
+    ]))
+    .registry(Registry::builder().tool(echo()).build().unwrap())
+    .journal(store.resume_journal(&session, SessionMeta::default()).unwrap())
+    .build()
+    .unwrap();
+    let state = session.resume_state(reins::Limits::default(), b.context(), Some("two")).unwrap();
+    let second = rt().block_on(b.drive(state, CancellationToken::new()));
+    assert_eq!(second.status, Status::Completed);
+    let session = store.load(first.session_id.as_deref().unwrap()).unwrap();
+    let live = Arc::new(Registry::builder().tool(echo()).build().unwrap());
+    let report = rt().block_on(replay(&session, ReplayTools::Live(live), ContextConfig::default())).unwrap();
+    assert_eq!(report.divergence, None, "{:?}", report.divergence);
+    assert_eq!((report.runs, report.steps), (2, 4));
+    // A changed answer in the second run is an outcome/message divergence of run 2.
+    let mut changed = session.clone();
+    for e in changed.entries.iter_mut().filter(|e| e.kind == "response" && e.run == 2) {
+        if e.data["response"]["text"] == "second" {
+            e.data["response"]["text"] = "other".into();
+        }
+    }
+    let report = rt().block_on(replay(&changed, ReplayTools::Recorded, ContextConfig::default())).unwrap();
+    let d = report.divergence.unwrap();
+    assert_eq!((d.run, d.what.as_str()), (2, "message"));
+}

@@ -221,6 +221,11 @@ impl Transcript {
         self.messages.iter().map(|m| (**m).clone()).collect()
     }
 
+    /// The messages, moved out where nothing else shares them (copied where a conversation still does).
+    pub fn into_messages(self) -> Vec<Message> {
+        self.messages.into_iter().map(|m| Arc::try_unwrap(m).unwrap_or_else(|m| (*m).clone())).collect()
+    }
+
     /// The newest message.
     pub fn last(&self) -> Option<&Message> {
         self.messages.last().map(|m| m.as_ref())

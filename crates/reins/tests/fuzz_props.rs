@@ -189,3 +189,33 @@ fn response_shaped_values_are_both_accepted_and_refused() {
     assert!(accepted_with_calls >= 100, "only {accepted_with_calls} accepted responses with calls");
     assert!(refused >= 100, "only {refused} refused responses");
 }
+
+/// `into_outcome` moves the transcript out and gives the same outcome as the copying `outcome`, also
+/// while a selected conversation still shares the messages.
+#[test]
+fn into_outcome_equals_outcome() {
+    use reins::{Action, CallResult, ContextConfig, Limits, ModelResponse, Registry, RunState, Status};
+    let ctx = ContextConfig::default();
+    let registry = Registry::empty();
+    let mut state = RunState::new("run", "prompt", Limits::default(), &ctx).unwrap();
+    let call = ToolCall::new("1", "missing", json!({}));
+    let Action::CallModel(first) = state.next_action(&registry, &ctx) else { panic!("a model call is due") };
+    state.on_model_response(Ok(ModelResponse::tool_calls("", vec![call])), &registry, None, &ctx);
+    let results = match state.next_action(&registry, &ctx) {
+        Action::RunTools(batch) => {
+            batch.iter().map(|_| Some(CallResult { content: "r".into(), is_error: true })).collect()
+        }
+        other => panic!("a batch is due, not {other:?}"),
+    };
+    state.record_batch(results, "unfinished", None, &ctx);
+    let Action::CallModel(second) = state.next_action(&registry, &ctx) else { panic!("a model call is due") };
+    state.on_model_response(Ok(ModelResponse::text("done")), &registry, None, &ctx);
+    let copied = state.outcome();
+    assert_eq!(copied.status, Status::Completed);
+    assert_eq!(copied.messages.len(), 4);
+    // `second` still shares three of the messages; the fourth is moved.
+    let moved = state.into_outcome();
+    assert_eq!(format!("{moved:?}"), format!("{copied:?}"));
+    assert_eq!(second.messages.len(), 3);
+    assert_eq!(first.messages.len(), 1);
+}

@@ -429,4 +429,23 @@ impl RunState {
             messages: self.transcript.to_vec(),
         }
     }
+
+    /// The outcome of the run, consuming the state: the transcript's messages are moved, not copied.
+    pub fn into_outcome(self) -> Outcome {
+        let (status, answer, error) = match self.phase {
+            Phase::Done { status, answer, error } => (status, answer, error),
+            _ => (Status::Aborted, None, Some("the run has not ended".into())),
+        };
+        Outcome {
+            status,
+            answer,
+            error,
+            steps: self.steps,
+            tool_calls: self.tool_calls,
+            usage: self.usage,
+            run_id: self.run_id,
+            session_id: None,
+            messages: self.transcript.into_messages(),
+        }
+    }
 }

@@ -260,6 +260,9 @@ impl Agent {
                 None => std::future::pending().await,
             }
         });
+        // One wait for the caller's cancellation, polled again at every step (it stays ready once fired),
+        // instead of registering a new waiter for each model call and batch.
+        let mut cancelled = pin!(cancel.cancelled());
         let mut registry = match &self.tool_source {
             Some(source) => source.registry().await,
             None => Arc::clone(&self.registry),
@@ -327,7 +330,7 @@ impl Agent {
                     let call = AssertUnwindSafe(self.model.generate(&request, &run_cancel)).catch_unwind();
                     let result = tokio::select! {
                         biased;
-                        _ = cancel.cancelled() => Err(Interrupt::Cancelled),
+                        _ = &mut cancelled => Err(Interrupt::Cancelled),
                         _ = &mut deadline_sleep => Err(Interrupt::Deadline),
                         r = call => Ok(r),
                     };
@@ -382,7 +385,8 @@ impl Agent {
                     }
                 }
                 Action::RunTools(batch) => {
-                    let batch: Vec<PlannedCall> = batch.to_vec();
+                    // Borrowed from the state (not copied) until the results are recorded.
+                    let batch: &[PlannedCall] = batch;
                     // The proposed calls are durable before any of them runs: after a crash mid-batch a
                     // resume sees them without results, and no side effect is silently repeated.
                     if let Some(j) = &journal {
@@ -394,10 +398,10 @@ impl Agent {
                     }
                     let mut slots: Vec<Slot> = vec![Slot::default(); batch.len()];
                     let outcome = {
-                        let work = self.run_batch(&registry, &batch, &mut slots, &run_cancel, &mut emitter);
+                        let work = self.run_batch(&registry, batch, &mut slots, &run_cancel, &mut emitter);
                         tokio::select! {
                             biased;
-                            _ = cancel.cancelled() => Some(Interrupt::Cancelled),
+                            _ = &mut cancelled => Some(Interrupt::Cancelled),
                             _ = &mut deadline_sleep => Some(Interrupt::Deadline),
                             () = work => None,
                         }
@@ -448,9 +452,12 @@ impl Agent {
                 }
             }
         }
-        let mut outcome = state.outcome();
         if let Some(j) = &journal {
             journal_sync(j.as_ref(), &state, &mut journaled);
+        }
+        // The transcript is moved into the outcome, not copied.
+        let mut outcome = state.into_outcome();
+        if let Some(j) = &journal {
             if let Err(e) = j.flush().await {
                 fail_outcome(&mut outcome, e);
             }

@@ -2,6 +2,7 @@
 
 mod demo;
 mod exit;
+mod mcp_cli;
 mod models;
 mod render;
 mod run;
@@ -26,6 +27,8 @@ enum Command {
     /// Run an agent on a prompt.
     #[command(after_help = EXIT_CODES_HELP)]
     Run(Box<run::RunArgs>),
+    /// MCP servers: `reins mcp list` starts each configured server and shows its tools.
+    Mcp(mcp_cli::McpArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -45,6 +48,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Demo => demo::demo().await,
             Command::Run(args) => run::run(*args).await,
+            Command::Mcp(args) => mcp_cli::mcp(args).await,
         }
     });
     match result {

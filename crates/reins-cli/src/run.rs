@@ -63,6 +63,9 @@ pub struct RunArgs {
     /// Writes the whole outcome, transcript included, as JSON to this file.
     #[arg(long)]
     pub output: Option<PathBuf>,
+    /// MCP servers.
+    #[command(flatten)]
+    pub mcp: crate::mcp_cli::McpFlags,
 }
 
 /// Parses a duration such as `30s`, `250ms`, `5m` or `1h 30m`.
@@ -81,12 +84,13 @@ fn json_observer(event: &Event) -> Result<(), ObserverError> {
 }
 
 /// Builds the agent from the flags.
-fn build_agent(args: &RunArgs) -> Result<Agent, CliError> {
+fn build_agent(args: &RunArgs, mcp: Option<&Arc<reins_mcp::McpTools>>) -> Result<Agent, CliError> {
     let model = models::build_model(&args.model)?;
     let mut tools = Vec::new();
     if args.test_tools {
         tools.extend(test_tools::tools());
     }
+    let tool_source = crate::mcp_cli::tool_source(mcp, &tools)?;
     let registry = Registry::new(tools).map_err(|e| usage(e.to_string()))?;
     let limits = Limits {
         max_steps: Some(args.max_steps),
@@ -108,6 +112,9 @@ fn build_agent(args: &RunArgs) -> Result<Agent, CliError> {
         counter,
     };
     let mut builder = Agent::builder_shared(model).registry(registry).limits(limits).context(context);
+    if let Some(source) = tool_source {
+        builder = builder.tool_source(source);
+    }
     if args.json {
         builder = builder.observer(json_observer).include_content(args.events_content);
     } else {
@@ -137,10 +144,14 @@ pub fn write_outcome(path: &PathBuf, outcome: &Outcome) -> anyhow::Result<()> {
 
 /// `reins run`.
 pub async fn run(args: RunArgs) -> Result<u8, CliError> {
-    let agent = build_agent(&args)?;
+    let mcp = crate::mcp_cli::start(&args.mcp, None).await?;
+    let agent = build_agent(&args, mcp.as_ref())?;
     let cancel = CancellationToken::new();
     cancel_on_ctrl_c(cancel.clone());
     let outcome = agent.run(&args.prompt, cancel).await;
+    if let Some(mcp) = &mcp {
+        mcp.shutdown().await;
+    }
     if let Some(path) = &args.output {
         write_outcome(path, &outcome)?;
     }

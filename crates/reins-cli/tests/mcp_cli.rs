@@ -1,0 +1,134 @@
+//! `reins run --mcp` and `reins mcp list` as a user meets them: the real binary, a real MCP server written
+//! with the PyPI `mcp` package (installed by `.ci/setup-mcp.sh`).
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+fn reins() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_reins"))
+}
+
+fn python() -> PathBuf {
+    let cache = std::env::var_os("REINS_CI_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/reins-ci"));
+    let py =
+        std::env::var_os("REINS_MCP_PYTHON").map(PathBuf::from).unwrap_or_else(|| cache.join("mcp/venv/bin/python"));
+    assert!(
+        py.is_file(),
+        "the Python `mcp` package is not installed ({} is missing): run `source .ci/setup-mcp.sh` from the repository \
+         root first",
+        py.display()
+    );
+    py
+}
+
+fn py_server_spec(name: &str) -> String {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../reins-mcp/tests/servers/py_server.py");
+    format!("{name}={} {}", python().display(), script.display())
+}
+
+fn text(out: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn run_with_an_mcp_server_uses_its_tools_and_refuses_invalid_arguments_before_sending() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+    let script = dir.path().join("script.json");
+    let outcome = dir.path().join("outcome.json");
+    let turns = json!([
+        {"tool_calls": [
+            {"id": "1", "name": "py__add", "arguments": {"a": 2, "b": 3}},
+            {"id": "2", "name": "py__add", "arguments": {"a": "two", "b": 3}}
+        ]},
+        {"content": "five"}
+    ]);
+    std::fs::write(&script, turns.to_string()).unwrap();
+    let out = reins()
+        .args(["run", "--json", "--model"])
+        .arg(format!("script:{}", script.display()))
+        .arg("--output")
+        .arg(&outcome)
+        .args(["--mcp", &py_server_spec("py"), "add things"])
+        .env("REINS_MCP_TEST_LOG", &log)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "stdout: {stdout}\nstderr: {stderr}");
+    let o: Value = serde_json::from_str(&std::fs::read_to_string(&outcome).unwrap()).unwrap();
+    assert_eq!(o["status"], "completed");
+    let results: Vec<&Value> = o["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "tool").collect();
+    assert_eq!(results[0]["content"], "5");
+    assert_eq!(results[0]["is_error"], false);
+    assert_eq!(results[1]["is_error"], true);
+    assert!(results[1]["content"].as_str().unwrap().contains("invalid arguments"), "{o}");
+    // The run_start event lists the MCP tools.
+    let start: Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    assert!(start["tools"].as_array().unwrap().contains(&json!("py__add")), "{start}");
+    let calls: Vec<Value> =
+        std::fs::read_to_string(&log).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(calls.len(), 1, "only the valid call reaches the server: {calls:?}");
+}
+
+#[test]
+fn run_with_a_server_that_cannot_start_is_refused_with_a_clear_message() {
+    let out = reins()
+        .args(["run", "--model", "script:/nonexistent.json", "--mcp", "gone=/nonexistent/mcp-server --stdio", "x"])
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("MCP server \"gone\": could not start \"/nonexistent/mcp-server\""), "{stderr}");
+
+    let out = reins().args(["run", "--model", "script:/x.json", "--mcp", "bad__name=node", "x"]).output().unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("invalid MCP server name \"bad__name\""), "{stderr}");
+}
+
+#[test]
+fn mcp_list_shows_servers_whether_they_start_and_their_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("reins.toml");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../reins-mcp/tests/servers/py_server.py");
+    std::fs::write(
+        &config,
+        format!(
+            "[mcp.fromfile]\ncommand = {:?}\nargs = [{:?}]\nstartup_timeout = \"60s\"\n",
+            python().display().to_string(),
+            script.display().to_string()
+        ),
+    )
+    .unwrap();
+    let out = reins()
+        .args(["mcp", "list", "--config"])
+        .arg(&config)
+        .args(["--mcp", &py_server_spec("py"), "--mcp", "gone=/nonexistent/mcp-server"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "one server did not start\nstdout: {stdout}\nstderr: {stderr}");
+    assert!(stdout.contains("fromfile: started (reins-test-py 1.0.0), 6 tools"), "{stdout}");
+    assert!(stdout.contains("py: started (reins-test-py 1.0.0), 6 tools"), "{stdout}");
+    assert!(stdout.contains("  py__add           Adds two integers."), "{stdout}");
+    assert!(stdout.contains("gone: did not start; stdio: /nonexistent/mcp-server"), "{stdout}");
+    assert!(stdout.contains("could not start \"/nonexistent/mcp-server\""), "{stdout}");
+
+    let out = reins().args(["mcp", "list", "--json", "--mcp", &py_server_spec("py")]).output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    let server = &v["servers"][0];
+    assert_eq!(server["name"], "py");
+    assert_eq!(server["started"], true);
+    let add = server["tools"].as_array().unwrap().iter().find(|t| t["name"] == "py__add").unwrap();
+    assert_eq!(add["input_schema"]["required"], json!(["a", "b"]));
+
+    let out = reins().args(["mcp", "list"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).1.contains("no MCP servers configured"));
+}

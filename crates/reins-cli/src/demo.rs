@@ -33,19 +33,58 @@ fn script() -> Vec<ModelResponse> {
             ],
         )
         .with_usage(Usage::new(260, 30)),
-        ModelResponse::text(
-            "Release announced. The build server could not be reached, so the build status is unknown; \
-             please check it by hand.",
+        // Workspace tools: a file written atomically, then a command preset (never a shell string).
+        ModelResponse::tool_calls(
+            "I'll record the release notes in the workspace and count their lines.",
+            vec![
+                call(
+                    "call_5",
+                    "write_file",
+                    json!({"path": "RELEASE.md", "content": "# Release 0.1\n\n- the harness core\n- workspace tools\n"}),
+                ),
+                call("call_6", "run_command", json!({"command": "lines"})),
+            ],
         )
-        .with_usage(Usage::new(340, 28)),
+        .with_usage(Usage::new(380, 40)),
+        // A path outside the workspace is refused; a line range of the notes is read back.
+        ModelResponse::tool_calls(
+            "",
+            vec![
+                call("call_7", "read_file", json!({"path": "../../etc/passwd"})),
+                call("call_8", "read_file", json!({"path": "RELEASE.md", "start_line": 1, "end_line": 1})),
+            ],
+        )
+        .with_usage(Usage::new(450, 30)),
+        ModelResponse::text(
+            "Release announced and recorded in RELEASE.md (4 lines). The build server could not be reached, so \
+             the build status is unknown; please check it by hand.",
+        )
+        .with_usage(Usage::new(520, 32)),
     ]
+}
+
+/// The file tools and one preset over a temporary workspace, sandboxed as far as the host allows.
+fn workspace_tools(root: &std::path::Path) -> Result<Vec<Arc<dyn reins::Tool>>, CliError> {
+    let ws = Arc::new(reins_tools::Workspace::open(root).map_err(|e| CliError::Internal(e.into()))?);
+    let mut tools = reins_tools::file_tools(ws.clone());
+    let preset = reins_tools::Preset::new("lines", "wc", vec!["-l".into(), "RELEASE.md".into()]);
+    let config = reins_tools::CommandConfig {
+        sandbox: reins_tools::SandboxMode::BestEffort,
+        ..reins_tools::CommandConfig::default()
+    };
+    let runner = reins_tools::CommandRunner::new(ws, vec![preset], config).map_err(|e| CliError::Internal(e.into()))?;
+    tools.push(Arc::new(reins_tools::RunCommand::new(Arc::new(runner))));
+    Ok(tools)
 }
 
 /// `reins demo`.
 pub async fn demo() -> Result<u8, CliError> {
     println!("reins demo — a scripted model proposes; Reins validates, runs, bounds and records.\n");
     let model = Arc::new(ScriptedModel::new(script()));
-    let registry = Registry::new(test_tools::tools()).map_err(|e| CliError::Internal(e.into()))?;
+    let workspace = tempfile::tempdir().map_err(|e| CliError::Internal(e.into()))?;
+    let mut tools = test_tools::tools();
+    tools.extend(workspace_tools(workspace.path())?);
+    let registry = Registry::new(tools).map_err(|e| CliError::Internal(e.into()))?;
     let agent = Agent::builder_shared(model.clone())
         .registry(registry)
         .limits(Limits { max_steps: Some(10), max_tool_calls: Some(10), ..Limits::default() })
@@ -65,5 +104,9 @@ pub async fn demo() -> Result<u8, CliError> {
     }
     println!("\nThe invalid call (call_2) never reached the tool: the registry refused it with the JSON pointer of");
     println!("each offending value, the model recovered, and every call in the transcript has exactly one result.");
+    println!("The file tools ran in a temporary workspace: a path leaving it was refused, and the command ran as a");
+    println!(
+        "named preset (`lines` = wc -l RELEASE.md) in its own process group, with whatever sandbox this host has."
+    );
     Ok(code_for(outcome.status))
 }

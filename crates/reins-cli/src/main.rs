@@ -7,6 +7,7 @@ mod models;
 mod render;
 mod run;
 mod test_tools;
+mod tools_cli;
 
 use clap::{Parser, Subcommand};
 
@@ -27,6 +28,8 @@ enum Command {
     /// Run an agent on a prompt.
     #[command(after_help = EXIT_CODES_HELP)]
     Run(Box<run::RunArgs>),
+    /// Show what OS sandbox this host can give commands (Landlock, seccomp, namespaces).
+    SandboxCheck(tools_cli::SandboxCheckArgs),
     /// MCP servers: `reins mcp list` starts each configured server and shows its tools.
     Mcp(mcp_cli::McpArgs),
 }
@@ -48,6 +51,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Demo => demo::demo().await,
             Command::Run(args) => run::run(*args).await,
+            Command::SandboxCheck(args) => tools_cli::sandbox_check(&args),
             Command::Mcp(args) => mcp_cli::mcp(args).await,
         }
     });

@@ -63,6 +63,9 @@ pub struct RunArgs {
     /// Writes the whole outcome, transcript included, as JSON to this file.
     #[arg(long)]
     pub output: Option<PathBuf>,
+    /// Workspace tools and command presets.
+    #[command(flatten)]
+    pub tools: crate::tools_cli::ToolFlags,
     /// MCP servers.
     #[command(flatten)]
     pub mcp: crate::mcp_cli::McpFlags,
@@ -90,6 +93,7 @@ fn build_agent(args: &RunArgs, mcp: Option<&Arc<reins_mcp::McpTools>>) -> Result
     if args.test_tools {
         tools.extend(test_tools::tools());
     }
+    tools.extend(crate::tools_cli::build_tools(&args.tools)?);
     let tool_source = crate::mcp_cli::tool_source(mcp, &tools)?;
     let registry = Registry::new(tools).map_err(|e| usage(e.to_string()))?;
     let limits = Limits {
@@ -144,7 +148,7 @@ pub fn write_outcome(path: &PathBuf, outcome: &Outcome) -> anyhow::Result<()> {
 
 /// `reins run`.
 pub async fn run(args: RunArgs) -> Result<u8, CliError> {
-    let mcp = crate::mcp_cli::start(&args.mcp, None).await?;
+    let mcp = crate::mcp_cli::start(&args.mcp, args.tools.config.as_deref()).await?;
     let agent = build_agent(&args, mcp.as_ref())?;
     let cancel = CancellationToken::new();
     cancel_on_ctrl_c(cancel.clone());

@@ -306,6 +306,34 @@ pub struct CommandOutcome {
     pub sandbox: String,
 }
 
+impl CommandOutcome {
+    /// The outcome as text for a model: the status, stdout, stderr (with what was dropped), duration and sandbox.
+    pub fn render(&self) -> String {
+        let status = match self.termination {
+            Termination::Exited { code } => format!("exit code {code}"),
+            Termination::Signaled { signal } => format!("killed by signal {signal}"),
+            Termination::TimedOut => "timed out; the process group was killed".to_owned(),
+            Termination::Cancelled => "cancelled; the process group was killed".to_owned(),
+        };
+        let mut out = format!("{status}\n[stdout]\n{}", self.stdout);
+        if !self.stdout.is_empty() && !self.stdout.ends_with('\n') {
+            out.push('\n');
+        }
+        if self.stdout_dropped > 0 {
+            out.push_str(&format!("[{} bytes of stdout dropped]\n", self.stdout_dropped));
+        }
+        out.push_str(&format!("[stderr]\n{}", self.stderr));
+        if !self.stderr.is_empty() && !self.stderr.ends_with('\n') {
+            out.push('\n');
+        }
+        if self.stderr_dropped > 0 {
+            out.push_str(&format!("[{} bytes of stderr dropped]\n", self.stderr_dropped));
+        }
+        out.push_str(&format!("[{} ms; sandbox: {}]", self.duration_ms, self.sandbox));
+        out
+    }
+}
+
 struct Compiled {
     preset: Preset,
     program: PathBuf,
@@ -727,12 +755,10 @@ impl Tool for RunCommand {
         match self.runner.run(&args.command, &args.args, &ctx.cancel).await {
             Ok(outcome) => match outcome.termination {
                 Termination::Cancelled => Err(ToolError::Cancelled),
-                Termination::TimedOut => Err(ToolError::Failed(format!(
-                    "command `{}` timed out and was killed; partial output: {}",
-                    outcome.command,
-                    serde_json::to_string(&outcome).unwrap_or_default()
-                ))),
-                _ => Ok(ToolOutput::Json(serde_json::to_value(&outcome).unwrap_or_default())),
+                Termination::TimedOut => {
+                    Err(ToolError::Failed(format!("command `{}` {}", outcome.command, outcome.render())))
+                }
+                _ => Ok(ToolOutput::Text(outcome.render())),
             },
             Err(e @ (CommandError::Unknown(..) | CommandError::Args { .. })) => {
                 Err(ToolError::InvalidArguments(e.to_string()))

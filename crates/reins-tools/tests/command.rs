@@ -296,9 +296,8 @@ async fn run_command_tool() {
     let ctx = ToolContext { call_id: "1".into(), cancel: CancellationToken::new() };
     let tool = registry.check("run_command", &json!({"command": "hello"})).expect("valid").clone();
     let out = tool.call(json!({"command": "hello"}), ctx.clone()).await.expect("ok");
-    let ToolOutput::Json(v) = out else { panic!("json expected") };
-    assert_eq!(v["termination"], json!({"kind": "exited", "code": 0}));
-    assert_eq!(v["stdout"], "hello\n");
+    let ToolOutput::Text(text) = out else { panic!("text expected") };
+    assert!(text.starts_with("exit code 0\n[stdout]\nhello\n[stderr]\n[") && text.ends_with("sandbox: off]"), "{text}");
     assert!(registry.check("run_command", &json!({"command": "bash -c id"})).is_err());
     let e = tool.call(json!({"command": "slow"}), ctx.clone()).await.expect_err("timeout");
     assert!(matches!(&e, ToolError::Failed(m) if m.contains("timed out")), "{e}");

@@ -1,0 +1,153 @@
+//! `reins run --workspace/--preset/--config` and `reins sandbox-check`, as a user meets them.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+fn reins() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_reins"))
+}
+
+fn run(dir: &Path, script: Value, extra: &[&str]) -> (Output, Option<Value>) {
+    let script_file = dir.join("script.json");
+    std::fs::write(&script_file, script.to_string()).expect("write script");
+    let out_file = dir.join("outcome.json");
+    let _ = std::fs::remove_file(&out_file);
+    let out = reins()
+        .arg("run")
+        .arg("--model")
+        .arg(format!("script:{}", script_file.display()))
+        .arg("--output")
+        .arg(&out_file)
+        .arg("--json")
+        .args(extra)
+        .arg("do the task")
+        .output()
+        .expect("run reins");
+    let outcome = std::fs::read_to_string(&out_file).ok().and_then(|s| serde_json::from_str(&s).ok());
+    (out, outcome)
+}
+
+fn calls(calls: Value) -> Value {
+    json!([{"content": "", "tool_calls": calls}, {"content": "done"}])
+}
+
+fn tool_results(outcome: &Value) -> Vec<(String, bool)> {
+    outcome["messages"]
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .filter(|m| m["role"] == "tool")
+                .map(|m| (m["content"].as_str().unwrap_or_default().to_owned(), m["is_error"] == true))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn file_tools_and_a_preset_over_a_workspace() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).expect("mkdir");
+    let script = calls(json!([
+        {"id": "1", "name": "write_file", "arguments": {"path": "notes.txt", "content": "a\nb\n"}},
+        {"id": "2", "name": "run_command", "arguments": {"command": "count"}},
+        {"id": "3", "name": "read_file", "arguments": {"path": "../script.json"}},
+        {"id": "4", "name": "run_command", "arguments": {"command": "count", "args": ["x"]}}
+    ]));
+    let ws_arg = ws.to_string_lossy().into_owned();
+    let (out, outcome) = run(
+        tmp.path(),
+        script,
+        &["--workspace", &ws_arg, "--preset", "count=wc -l 'notes.txt'", "--command-timeout", "20s", "--no-sandbox"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let outcome = outcome.expect("outcome");
+    let results = tool_results(&outcome);
+    assert_eq!(results[0], ("created `notes.txt` (4 bytes)".to_owned(), false));
+    assert!(results[1].0.starts_with("exit code 0\n[stdout]\n2 notes.txt\n"), "{:?}", results[1]);
+    assert!(results[1].0.ends_with("sandbox: off]"), "{:?}", results[1]);
+    assert!(results[2].1 && results[2].0.contains("leaves the workspace"), "{:?}", results[2]);
+    assert!(results[3].1 && results[3].0.contains("takes no arguments"), "{:?}", results[3]);
+    let everything = outcome.to_string();
+    assert!(!everything.contains(&*tmp.path().to_string_lossy()), "a host path reached the transcript");
+    assert_eq!(std::fs::read_to_string(ws.join("notes.txt")).expect("read"), "a\nb\n");
+}
+
+#[test]
+fn a_config_file_declares_presets_with_argument_schemas() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    std::fs::create_dir_all(tmp.path().join("ws")).expect("mkdir");
+    let config = tmp.path().join("reins.toml");
+    std::fs::write(
+        &config,
+        r#"
+[workspace]
+path = "ws"
+
+[commands]
+timeout = "30s"
+sandbox = "best-effort"
+
+[[presets]]
+name = "say"
+program = "echo"
+args = ["said:"]
+arg_schema = { type = "array", items = { type = "string", pattern = "^[a-z]+$" }, maxItems = 2 }
+"#,
+    )
+    .expect("write config");
+    let script = calls(json!([
+        {"id": "1", "name": "run_command", "arguments": {"command": "say", "args": ["hello", "there"]}},
+        {"id": "2", "name": "run_command", "arguments": {"command": "say", "args": ["$(id)"]}}
+    ]));
+    let config_arg = config.to_string_lossy().into_owned();
+    let (out, outcome) = run(tmp.path(), script, &["--config", &config_arg]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let results = tool_results(&outcome.expect("outcome"));
+    assert!(results[0].0.starts_with("exit code 0\n[stdout]\nsaid: hello there\n"), "{:?}", results[0]);
+    assert!(results[1].1 && results[1].0.contains("arguments refused"), "{:?}", results[1]);
+}
+
+#[test]
+fn bad_tool_flags_are_usage_errors() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let script = calls(json!([]));
+    let (out, _) = run(tmp.path(), script.clone(), &["--preset", "x=true"]);
+    assert_eq!(out.status.code(), Some(2), "preset without a workspace");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("need a workspace"));
+    let ws = tmp.path().to_string_lossy().into_owned();
+    let (out, _) = run(tmp.path(), script.clone(), &["--workspace", &ws, "--preset", "x=echo 'open"]);
+    assert_eq!(out.status.code(), Some(2));
+    let (out, _) = run(tmp.path(), script.clone(), &["--workspace", &ws, "--preset", "x=no-such-program-reins"]);
+    assert_eq!(out.status.code(), Some(2));
+    let (out, _) = run(tmp.path(), script.clone(), &["--workspace", "/no/such/dir/reins"]);
+    assert_eq!(out.status.code(), Some(2));
+    let bad = tmp.path().join("bad.toml");
+    std::fs::write(&bad, "[[presets]]\nname = \"x\"\n").expect("write");
+    let (out, _) = run(tmp.path(), script, &["--workspace", &ws, "--config", &bad.to_string_lossy()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid config"));
+}
+
+#[test]
+fn sandbox_check_reports_the_host() {
+    let out = reins().arg("sandbox-check").output().expect("run");
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("landlock:") && text.contains("required sandbox available:"), "{text}");
+    let out = reins().args(["sandbox-check", "--json"]).output().expect("run");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert!(v["seccomp"].is_boolean());
+}
+
+#[test]
+fn the_demo_uses_the_workspace_tools() {
+    let out = reins().arg("demo").output().expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("← write_file [ok]"), "{text}");
+    assert!(text.contains("4 RELEASE.md"), "{text}");
+    assert!(text.contains("leaves the workspace"), "{text}");
+}

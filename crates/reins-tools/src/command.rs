@@ -767,3 +767,48 @@ impl Tool for RunCommand {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn secret_names_and_env_patterns() {
+        for name in ["OPENAI_API_KEY", "aws_secret_access_key", "GITHUB_TOKEN", "DB_PASSWORD", "SSH_KEYS"] {
+            assert!(is_secret_name(name), "{name}");
+        }
+        for name in ["PATH", "HOME", "LANG", "TERM"] {
+            assert!(!is_secret_name(name), "{name}");
+        }
+        assert!(env_pattern_matches("LC_*", "LC_ALL"));
+        assert!(!env_pattern_matches("LC_*", "LANG"));
+        assert!(env_pattern_matches("PATH", "PATH"));
+        assert!(!env_pattern_matches("PATH", "PATHX"));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        for bad in ["", "0s", "-1s", "soon", "1x", "1e9h", "NaN"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn parse_duration_never_panics_and_bounds(s in "\\PC{0,12}") {
+            if let Ok(d) = parse_duration(&s) {
+                prop_assert!(d > Duration::ZERO && d <= Duration::from_secs(7 * 86_400));
+            }
+        }
+
+        #[test]
+        fn durations_round_trip(ms in 1u64..1_000_000) {
+            prop_assert_eq!(parse_duration(&format!("{ms}ms")), Ok(Duration::from_millis(ms)));
+        }
+    }
+}

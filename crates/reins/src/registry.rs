@@ -157,9 +157,19 @@ impl Registry {
         &self.specs
     }
 
+    /// The index of the tool with that name: a scan for a few tools (cheaper than hashing the name),
+    /// the hash index for more.
+    fn position(&self, name: &str) -> Option<usize> {
+        if self.specs.len() <= 8 {
+            self.specs.iter().position(|s| s.name == name)
+        } else {
+            self.index.get(name).copied()
+        }
+    }
+
     /// The tool with that name.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.index.get(name).map(|&i| &self.entries[i].tool)
+        self.position(name).map(|i| &self.entries[i].tool)
     }
 
     /// How many tools it holds.
@@ -174,7 +184,7 @@ impl Registry {
 
     /// Checks a call: the tool exists and the arguments satisfy its schema. Returns the tool.
     pub fn check(&self, name: &str, arguments: &serde_json::Value) -> Result<&Arc<dyn Tool>, CallError> {
-        let Some(&i) = self.index.get(name) else {
+        let Some(i) = self.position(name) else {
             let available = self.specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ");
             return Err(CallError::UnknownTool { name: name.to_owned(), available });
         };

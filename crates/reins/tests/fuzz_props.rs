@@ -219,3 +219,25 @@ fn into_outcome_equals_outcome() {
     assert_eq!(second.messages.len(), 3);
     assert_eq!(first.messages.len(), 1);
 }
+
+/// Lookups find every tool and refuse unknown names, for a few tools (scanned) and many (hashed).
+#[test]
+fn registry_lookup_by_name_with_few_and_many_tools() {
+    use reins::{FnTool, Registry, ToolOutput};
+    for n in [1usize, 8, 9, 40] {
+        let mut b = Registry::builder();
+        for i in 0..n {
+            let schema = json!({"type": "object", "properties": {"i": {"const": i}}, "required": ["i"]});
+            b = b.tool(FnTool::new(&format!("t{i}"), "", schema, |_a, _c| async { Ok(ToolOutput::from("")) }));
+        }
+        let registry = b.build().unwrap();
+        for i in 0..n {
+            let name = format!("t{i}");
+            assert_eq!(registry.get(&name).map(|t| t.spec().name.clone()), Some(name.clone()));
+            assert!(registry.check(&name, &json!({"i": i})).is_ok(), "{name} with its own schema");
+            assert!(registry.check(&name, &json!({"i": i + 1})).is_err(), "{name} checked against another schema");
+        }
+        assert!(registry.get("t").is_none() && registry.get(&format!("t{n}")).is_none());
+        assert!(registry.check(&format!("t{n}"), &json!({})).is_err());
+    }
+}

@@ -526,7 +526,6 @@ impl CommandRunner {
             .env_clear()
             .envs(self.environment(preset))
             .env("TMPDIR", &tmp.0)
-            .current_dir(self.ws.host_root())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -292,8 +292,8 @@ pub fn prepare_with(
 
 fn build_ruleset(req: &SandboxRequest, abi_version: i32) -> Result<landlock::RulesetCreated, landlock::RulesetError> {
     use landlock::{
-        ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
-        path_beneath_rules,
+        ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
+        RulesetCreatedAttr, Scope, path_beneath_rules,
     };
     let abi = ABI::from(abi_version);
     let mut ruleset =
@@ -304,12 +304,12 @@ fn build_ruleset(req: &SandboxRequest, abi_version: i32) -> Result<landlock::Rul
     if abi_version >= 6 {
         ruleset = ruleset.scope(Scope::AbstractUnixSocket | Scope::Signal)?;
     }
-    let mut writable: Vec<PathBuf> = vec![req.workspace.host_root().to_path_buf()];
-    writable.extend(req.writable.iter().cloned());
+    // The workspace rule is tied to the root's own handle, not to its name.
     ruleset
         .create()?
         .add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi)))?
-        .add_rules(path_beneath_rules(&writable, AccessFs::from_all(abi)))?
+        .add_rule(PathBeneath::new(req.workspace.root_fd(), AccessFs::from_all(abi)))?
+        .add_rules(path_beneath_rules(&req.writable, AccessFs::from_all(abi)))?
         .add_rules(path_beneath_rules(["/dev/null"], AccessFs::from_file(abi)))
 }
 

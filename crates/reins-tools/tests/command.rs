@@ -72,6 +72,22 @@ async fn exit_codes_signals_stdin_and_cwd() {
 }
 
 #[tokio::test]
+async fn a_working_directory_swapped_for_a_symlink_is_refused() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(ws.join("sub")).expect("mkdir");
+    let mut p = Preset::new("pwd", "pwd", vec![]);
+    p.cwd = Some("sub".into());
+    let r = runner(&ws, vec![p]);
+    std::fs::remove_dir(ws.join("sub")).expect("rmdir");
+    std::os::unix::fs::symlink(tmp.path(), ws.join("sub")).expect("symlink");
+    let e = r.run("pwd", &[], &CancellationToken::new()).await.expect_err("must refuse");
+    assert!(matches!(e, CommandError::Cwd { .. }), "{e}");
+    assert!(e.to_string().contains("symbolic link"), "{e}");
+    assert!(!e.to_string().contains(&*tmp.path().to_string_lossy()), "{e}");
+}
+
+#[tokio::test]
 async fn timeout_kills_the_whole_group() {
     let tmp = tempfile::tempdir().expect("tmp");
     let mut p = sh("forker", "sleep 3117 & sleep 3118 & (sleep 3119 & wait) & echo started; wait");

@@ -59,9 +59,12 @@ fn probe_reports_the_host() {
 #[tokio::test]
 async fn sandboxed_command_cannot_write_outside_or_to_protected_paths() {
     let fx = fixture();
+    // A symlink inside the workspace that points outside does not help either.
+    std::os::unix::fs::symlink(&fx.outside, fx.ws.join("out-link")).expect("symlink");
     let script = format!(
         "echo inside > inside.txt; echo tmp > \"$TMPDIR/t\" && cat \"$TMPDIR/t\"; \
-         (echo escaped > '{}/escaped.txt'); (echo pwned >> .git/config); (: > .git/new); echo done",
+         (echo escaped > '{}/escaped.txt'); (echo pwned >> .git/config); (: > .git/new); \
+         (echo linked > out-link/linked.txt); echo done",
         fx.outside.display()
     );
     let r = runner(&fx.ws, vec![sh("try", &script)], SandboxMode::Required);
@@ -79,7 +82,8 @@ async fn sandboxed_command_cannot_write_outside_or_to_protected_paths() {
     assert!(!fx.outside.join("escaped.txt").exists(), "wrote outside the workspace");
     assert_eq!(std::fs::read_to_string(fx.ws.join(".git/config")).expect("read"), "[core]\n");
     assert!(!fx.ws.join(".git/new").exists(), "wrote a protected path");
-    assert_eq!(o.stderr.lines().count(), 3, "three refused writes: {}", o.stderr);
+    assert!(!fx.outside.join("linked.txt").exists(), "wrote outside through a symlink");
+    assert_eq!(o.stderr.lines().count(), 4, "four refused writes: {}", o.stderr);
 
     // Control: without the sandbox the same command does escape, so the test above can fail.
     let r = runner(&fx.ws, vec![sh("try", &script)], SandboxMode::Off);

@@ -6,6 +6,7 @@ mod mcp_cli;
 mod models;
 mod render;
 mod run;
+mod sessions_cli;
 mod test_tools;
 mod tools_cli;
 
@@ -28,6 +29,11 @@ enum Command {
     /// Run an agent on a prompt.
     #[command(after_help = EXIT_CODES_HELP)]
     Run(Box<run::RunArgs>),
+    /// Recorded sessions: `reins sessions list|show|export`.
+    Sessions(sessions_cli::SessionsArgs),
+    /// Re-runs a recorded session offline (recorded model responses, tools in a scratch copy of the
+    /// workspace) and reports the first divergence. Exit 0 when identical, 10 when it diverged.
+    Replay(sessions_cli::ReplayArgs),
     /// Show what OS sandbox this host can give commands (Landlock, seccomp, namespaces).
     SandboxCheck(tools_cli::SandboxCheckArgs),
     /// MCP servers: `reins mcp list` starts each configured server and shows its tools.
@@ -51,6 +57,8 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Demo => demo::demo().await,
             Command::Run(args) => run::run(*args).await,
+            Command::Sessions(args) => sessions_cli::sessions(args),
+            Command::Replay(args) => sessions_cli::replay(args).await,
             Command::SandboxCheck(args) => tools_cli::sandbox_check(&args),
             Command::Mcp(args) => mcp_cli::mcp(args).await,
         }

@@ -16,8 +16,9 @@ use crate::{models, render, test_tools};
 /// Flags of `reins run`.
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The prompt.
-    pub prompt: String,
+    /// The prompt (with --resume: the follow-up prompt, optional).
+    #[arg(required_unless_present = "resume")]
+    pub prompt: Option<String>,
     /// The model, as PROVIDER:NAME. `script:FILE.json` replays a script file (see the README).
     #[arg(long)]
     pub model: String,
@@ -69,6 +70,9 @@ pub struct RunArgs {
     /// MCP servers.
     #[command(flatten)]
     pub mcp: crate::mcp_cli::McpFlags,
+    /// The session store.
+    #[command(flatten)]
+    pub store: crate::sessions_cli::RunStoreFlags,
 }
 
 /// Parses a duration such as `30s`, `250ms`, `5m` or `1h 30m`.
@@ -124,6 +128,7 @@ fn build_agent(args: &RunArgs, mcp: Option<&Arc<reins_mcp::McpTools>>) -> Result
     } else {
         builder = builder.observer(render::progress_observer).include_content(true);
     }
+    let builder = crate::sessions_cli::attach(builder, args)?;
     builder.build().map_err(|e| usage(e.to_string()))
 }
 
@@ -152,7 +157,10 @@ pub async fn run(args: RunArgs) -> Result<u8, CliError> {
     let agent = build_agent(&args, mcp.as_ref())?;
     let cancel = CancellationToken::new();
     cancel_on_ctrl_c(cancel.clone());
-    let outcome = agent.run(&args.prompt, cancel).await;
+    let outcome = match crate::sessions_cli::resume_state(&args, &agent)? {
+        Some(state) => agent.drive(state, cancel).await,
+        None => agent.run(args.prompt.as_deref().unwrap_or_default(), cancel).await,
+    };
     if let Some(mcp) = &mcp {
         mcp.shutdown().await;
     }

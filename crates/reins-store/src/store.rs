@@ -194,11 +194,13 @@ impl Store {
         &self.options
     }
 
-    /// A connection with the store's settings. `read_only` connections never create the file.
+    /// A connection with the store's settings. `read_only`: for reading; it never creates the file.
     pub(crate) fn connect(&self, read_only: bool) -> Result<Connection, StoreError> {
         let err = |e| StoreError::sqlite(&self.path, e);
+        // Readers open the file read-write too (never creating it): a read-only connection cannot
+        // rebuild the WAL index after a writer died, and fails instead of reading.
         let flags = if read_only {
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX
         } else {
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX
         };

@@ -1,0 +1,408 @@
+//! Sessions: the store flags of `reins run` (`--store`, `--no-store`, `--resume`), `reins sessions
+//! list|show|export` and `reins replay`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::{Args, Subcommand};
+use reins::{AgentBuilder, CharCounter, ContextConfig, Event, Message, RunState, TokenCounter};
+use reins_store::{ReplayTools, Session, SessionMeta, Store, kind};
+
+use crate::exit::{CliError, usage};
+use crate::run::RunArgs;
+
+/// The store flag of the session commands.
+#[derive(Args, Debug, Clone, Default)]
+pub struct StoreFlag {
+    /// The session store (default: $REINS_STORE, else ~/.local/share/reins/sessions.db).
+    #[arg(long, value_name = "PATH")]
+    pub store: Option<PathBuf>,
+}
+
+/// The session flags of `reins run`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct RunStoreFlags {
+    /// The session store every run is recorded in (default: $REINS_STORE, else
+    /// ~/.local/share/reins/sessions.db).
+    #[arg(long, value_name = "PATH", conflicts_with = "no_store")]
+    pub store: Option<PathBuf>,
+    /// Does not record the run.
+    #[arg(long)]
+    pub no_store: bool,
+    /// Continues the recorded session ID (an id or a unique prefix); the prompt, if given, is the follow-up.
+    #[arg(long, value_name = "ID", conflicts_with = "no_store")]
+    pub resume: Option<String>,
+}
+
+/// `reins sessions`.
+#[derive(Args, Debug)]
+pub struct SessionsArgs {
+    #[command(subcommand)]
+    command: SessionsCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum SessionsCommand {
+    /// Lists the recorded sessions, newest first: id, start time, model, status, steps, tokens, cost.
+    List {
+        #[command(flatten)]
+        store: StoreFlag,
+        /// One JSON object per session, a line each.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Shows a session: its runs and transcript, readable (`--json` for machines).
+    Show {
+        /// The session id, or a unique prefix of it.
+        id: String,
+        #[command(flatten)]
+        store: StoreFlag,
+        /// The whole session (summary and every log entry) as one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Also shows the recorded events.
+        #[arg(long)]
+        events: bool,
+    },
+    /// Writes a session as JSON lines: a `session` line, then one line per log entry.
+    Export {
+        /// The session id, or a unique prefix of it.
+        id: String,
+        #[command(flatten)]
+        store: StoreFlag,
+    },
+}
+
+/// `reins replay`.
+#[derive(Args, Debug)]
+pub struct ReplayArgs {
+    /// The session id, or a unique prefix of it.
+    pub id: String,
+    #[command(flatten)]
+    pub store: StoreFlag,
+    /// Replays the recorded tool results instead of running the tools.
+    #[arg(long)]
+    pub no_tools: bool,
+    /// The workspace to copy for the replay (default: the one recorded). The tools run in a scratch
+    /// copy; the original is never touched.
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// The report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn store_path(flag: Option<&Path>) -> Result<PathBuf, CliError> {
+    if let Some(p) = flag {
+        return Ok(p.to_path_buf());
+    }
+    if let Some(p) = std::env::var_os("REINS_STORE").filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(p));
+    }
+    reins_store::default_path().map_err(|e| usage(e.to_string()))
+}
+
+fn open(flag: Option<&Path>) -> Result<Store, CliError> {
+    let path = store_path(flag)?;
+    Store::open(&path).map_err(store_err)
+}
+
+fn store_err(e: reins_store::StoreError) -> CliError {
+    use reins_store::StoreError as E;
+    match e {
+        E::NotFound(_) | E::Ambiguous { .. } | E::Resume { .. } => usage(e.to_string()),
+        other => CliError::Internal(anyhow::anyhow!(other)),
+    }
+}
+
+/// What a run records about its configuration, so that a replay can rebuild it.
+fn run_config(args: &RunArgs) -> serde_json::Value {
+    serde_json::json!({
+        "model": args.model,
+        "test_tools": args.test_tools,
+        "workspace": args.tools.workspace.as_ref().and_then(|w| std::fs::canonicalize(w).ok()).map(|w| w.display().to_string()),
+        "max_tool_result_chars": args.max_tool_result_chars,
+        "max_context_chars": args.max_context_chars,
+        "max_context_tokens": args.max_context_tokens,
+    })
+}
+
+/// Adds the session journal to a `reins run` agent (unless `--no-store`).
+pub fn attach(builder: AgentBuilder, args: &RunArgs) -> Result<AgentBuilder, CliError> {
+    let flags = &args.store;
+    if flags.no_store {
+        return Ok(builder);
+    }
+    let store = open(flags.store.as_deref())?;
+    let config = run_config(args);
+    let meta = SessionMeta {
+        model: Some(args.model.clone()),
+        workspace: config["workspace"].as_str().map(str::to_owned),
+        prices: None,
+        config: Some(config),
+    };
+    let journal = match &flags.resume {
+        None => store.journal(meta),
+        Some(id) => {
+            let session = store.load(id).map_err(store_err)?;
+            store.resume_journal(&session, meta).map_err(store_err)?
+        }
+    };
+    Ok(builder.journal(journal))
+}
+
+/// For `reins run --resume ID [FOLLOW-UP]`: the rebuilt and reconciled run state.
+pub fn resume_state(args: &RunArgs, agent: &reins::Agent) -> Result<Option<RunState>, CliError> {
+    let Some(id) = &args.store.resume else {
+        return Ok(None);
+    };
+    let session = open(args.store.store.as_deref())?.load(id).map_err(store_err)?;
+    let state =
+        session.resume_state(agent.limits().clone(), agent.context(), args.prompt.as_deref()).map_err(store_err)?;
+    Ok(Some(state))
+}
+
+/// `reins sessions ...`.
+pub fn sessions(args: SessionsArgs) -> Result<u8, CliError> {
+    match args.command {
+        SessionsCommand::List { store, json } => list(&open(store.store.as_deref())?, json),
+        SessionsCommand::Show { id, store, json, events } => {
+            let session = open(store.store.as_deref())?.load(&id).map_err(store_err)?;
+            if json {
+                let v = serde_json::json!({"session": session.summary, "entries": session.entries});
+                println!("{}", serde_json::to_string_pretty(&v).map_err(|e| CliError::Internal(e.into()))?);
+            } else {
+                show(&session, events);
+            }
+            Ok(0)
+        }
+        SessionsCommand::Export { id, store } => {
+            let session = open(store.store.as_deref())?.load(&id).map_err(store_err)?;
+            let mut out = String::new();
+            for line in session.export_lines() {
+                out.push_str(&line);
+                out.push('\n');
+            }
+            print!("{out}");
+            Ok(0)
+        }
+    }
+}
+
+fn list(store: &Store, json: bool) -> Result<u8, CliError> {
+    let sessions = store.list().map_err(store_err)?;
+    if json {
+        for s in &sessions {
+            println!("{}", serde_json::to_string(s).map_err(|e| CliError::Internal(e.into()))?);
+        }
+        return Ok(0);
+    }
+    if sessions.is_empty() {
+        eprintln!("no sessions in {}", store.path().display());
+        return Ok(0);
+    }
+    println!(
+        "{:<36}  {:<20}  {:<24}  {:<13}  {:>5}  {:>10}  {:>9}",
+        "ID", "STARTED", "MODEL", "STATUS", "STEPS", "TOKENS", "COST"
+    );
+    for s in &sessions {
+        let started: String = s.created_at.chars().take(19).collect::<String>().replace('T', " ");
+        let tokens = if s.calls_without_usage > 0 && s.input_tokens + s.output_tokens == 0 {
+            "?".to_owned()
+        } else {
+            format!("{}{}", s.input_tokens + s.output_tokens, if s.calls_without_usage > 0 { "+?" } else { "" })
+        };
+        let cost = s.cost_usd.map_or_else(|| "-".to_owned(), |c| format!("${c:.4}"));
+        let model: String = s.model.as_deref().unwrap_or("-").chars().take(24).collect();
+        println!(
+            "{:<36}  {:<20}  {:<24}  {:<13}  {:>5}  {:>10}  {:>9}",
+            s.id, started, model, s.status, s.steps, tokens, cost
+        );
+    }
+    Ok(0)
+}
+
+fn show(session: &Session, events: bool) {
+    let s = &session.summary;
+    println!("session {}", s.id);
+    println!("  started {} · updated {}", s.created_at, s.updated_at);
+    println!("  model {} · workspace {}", s.model.as_deref().unwrap_or("-"), s.workspace.as_deref().unwrap_or("-"));
+    println!(
+        "  {} · {} run(s) · {} step(s) · {} tool call(s) · {} in / {} out tokens{} · cost {}",
+        s.status,
+        s.runs,
+        s.steps,
+        s.tool_calls,
+        s.input_tokens,
+        s.output_tokens,
+        if s.calls_without_usage > 0 {
+            format!(" ({} call(s) without usage)", s.calls_without_usage)
+        } else {
+            String::new()
+        },
+        s.cost_usd.map_or_else(|| "unknown".to_owned(), |c| format!("${c:.4}"))
+    );
+    for e in &session.entries {
+        match e.kind.as_str() {
+            kind::RUN_START => println!("\n── run {} · {} · {}", e.run, e.data["run_id"].as_str().unwrap_or("?"), e.ts),
+            kind::MESSAGE => match serde_json::from_value::<Message>(e.data.clone()) {
+                Ok(m) => print_message(e.msg_index.unwrap_or(0), &m),
+                Err(err) => println!("  [{}] unreadable item: {err}", e.msg_index.unwrap_or(0)),
+            },
+            kind::RESPONSE => {
+                if let Some(err) = e.data["error"].as_str() {
+                    println!("  ✗ model error: {}", crate::render::preview(err));
+                }
+            }
+            kind::EVENT if events => {
+                let line = serde_json::to_string(&e.data).ok().and_then(|l| Event::from_json(&l).ok());
+                if let Some(line) = line.as_ref().and_then(crate::render::progress_line) {
+                    println!("  · {}", line.trim_start());
+                }
+            }
+            kind::RUN_END => {
+                let d = &e.data;
+                println!(
+                    "■ {} · {} step(s) · {} tool call(s){}",
+                    d["status"].as_str().unwrap_or("?"),
+                    d["steps"],
+                    d["tool_calls"],
+                    d["error"].as_str().map(|e| format!(" · {e}")).unwrap_or_default()
+                );
+            }
+            _ => {}
+        }
+    }
+    if s.status == "running" {
+        println!(
+            "(no end recorded: the run is still going, or its process died; `reins run --resume {}` continues it)",
+            s.id
+        );
+    }
+}
+
+fn print_message(index: u64, m: &Message) {
+    use crate::render::preview;
+    match m {
+        Message::User { content } => println!("  [{index}] user: {}", preview(content)),
+        Message::Assistant { content, tool_calls } => {
+            if !content.is_empty() || tool_calls.is_empty() {
+                println!("  [{index}] assistant: {}", preview(content));
+            } else {
+                println!("  [{index}] assistant:");
+            }
+            for c in tool_calls {
+                println!("        → {} {} ({})", c.name, preview(&c.arguments.to_string()), c.id);
+            }
+        }
+        Message::ToolResult(r) => {
+            let mark = if r.is_error { "error" } else { "ok" };
+            println!("  [{index}] ← {} [{mark}] {}", r.call_id, preview(&r.content));
+        }
+    }
+}
+
+/// Copies `from` into `to` (files, directories, symlinks as links).
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let ty = entry.file_type()?;
+        let dest = to.join(entry.file_name());
+        if ty.is_dir() {
+            copy_tree(&entry.path(), &dest)?;
+        } else if ty.is_symlink() {
+            let target = std::fs::read_link(entry.path())?;
+            std::os::unix::fs::symlink(target, &dest)?;
+        } else if ty.is_file() {
+            std::fs::copy(entry.path(), &dest)?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes the scratch copy on every way out.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `reins replay ID`.
+pub async fn replay(args: ReplayArgs) -> Result<u8, CliError> {
+    let session = open(args.store.store.as_deref())?.load(&args.id).map_err(store_err)?;
+    let runs = session.runs().map_err(store_err)?;
+    let config = runs.last().and_then(|r| r.start.config.clone()).unwrap_or(serde_json::Value::Null);
+    let max_tool_result_chars = config["max_tool_result_chars"].as_u64().unwrap_or(32_000);
+    let (max_context, counter): (Option<u64>, Arc<dyn TokenCounter>) = match config["max_context_tokens"].as_u64() {
+        Some(t) => (
+            Some(t),
+            Arc::new(reins::TiktokenCounter::o200k_base().map_err(|e| CliError::Internal(anyhow::anyhow!(e)))?),
+        ),
+        None => (config["max_context_chars"].as_u64(), Arc::new(CharCounter)),
+    };
+    let context = ContextConfig {
+        max_context,
+        max_tool_result_chars: Some(usize::try_from(max_tool_result_chars).unwrap_or(usize::MAX)),
+        counter,
+    };
+    let mut scratch = None;
+    let tools = if args.no_tools {
+        ReplayTools::Recorded
+    } else {
+        let mut flags = crate::tools_cli::ToolFlags::default();
+        let workspace = args.workspace.clone().or_else(|| config["workspace"].as_str().map(PathBuf::from));
+        if let Some(ws) = workspace {
+            if !ws.is_dir() {
+                return Err(usage(format!(
+                    "the workspace {} is not a directory: pass --workspace DIR, or --no-tools to replay the recorded results",
+                    ws.display()
+                )));
+            }
+            let dir = std::env::temp_dir().join(format!(
+                "reins-replay-{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+            ));
+            let guard = Scratch(dir.clone());
+            copy_tree(&ws, &dir).map_err(|e| {
+                CliError::Internal(anyhow::anyhow!("copying the workspace {} for the replay: {e}", ws.display()))
+            })?;
+            flags.workspace = Some(dir);
+            scratch = Some(guard);
+        }
+        let mut list = Vec::new();
+        if config["test_tools"].as_bool().unwrap_or(false) {
+            list.extend(crate::test_tools::tools());
+        }
+        list.extend(crate::tools_cli::build_tools(&flags)?);
+        let registry = reins::Registry::new(list).map_err(|e| usage(e.to_string()))?;
+        ReplayTools::Live(Arc::new(registry))
+    };
+    let report = reins_store::replay(&session, tools, context).await.map_err(store_err)?;
+    drop(scratch);
+    if args.json {
+        println!("{}", serde_json::to_string(&report).map_err(|e| CliError::Internal(e.into()))?);
+    } else {
+        match &report.divergence {
+            None => println!(
+                "replay of session {}: identical ({} run(s), {} step(s){})",
+                report.session_id,
+                report.runs,
+                report.steps,
+                if report.unfinished_runs.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; runs {:?} had no recorded end and were compared up to their last item",
+                        report.unfinished_runs
+                    )
+                }
+            ),
+            Some(d) => println!("replay of session {}: DIVERGED\n{d}", report.session_id),
+        }
+    }
+    Ok(if report.divergence.is_some() { 10 } else { 0 })
+}

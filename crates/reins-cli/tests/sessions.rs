@@ -1,0 +1,270 @@
+//! Sessions through the `reins` binary: recording, listing, showing, exporting, resuming after SIGKILL,
+//! replay and its divergence report, damaged stores.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use reins::{CharCounter, Message, Transcript};
+use serde_json::{Value, json};
+
+fn reins() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_reins"))
+}
+
+struct Dir(PathBuf);
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let p = std::env::temp_dir().join(format!("reins-sessions-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Dir(p)
+    }
+    fn file(&self, name: &str, content: &str) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, content).unwrap();
+        p
+    }
+    fn store(&self) -> PathBuf {
+        self.0.join("sessions.db")
+    }
+}
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn run(dir: &Dir, script: &Value, extra: &[&str]) -> (Output, Value) {
+    let script = dir.file("script.json", &script.to_string());
+    let out_file = dir.0.join("outcome.json");
+    let _ = std::fs::remove_file(&out_file);
+    let out = reins()
+        .arg("run")
+        .arg("--model")
+        .arg(format!("script:{}", script.display()))
+        .arg("--output")
+        .arg(&out_file)
+        .arg("--store")
+        .arg(dir.store())
+        .args(extra)
+        .output()
+        .unwrap();
+    let outcome = std::fs::read_to_string(&out_file).map(|s| serde_json::from_str(&s).unwrap()).unwrap_or(Value::Null);
+    (out, outcome)
+}
+
+fn sessions(dir: &Dir, args: &[&str]) -> Output {
+    reins().arg("sessions").args(args).arg("--store").arg(dir.store()).output().unwrap()
+}
+
+fn show_json(dir: &Dir, id: &str) -> Value {
+    let out = sessions(dir, &["show", id, "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn transcript(show: &Value) -> Vec<Message> {
+    show["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "message")
+        .map(|e| serde_json::from_value(e["data"].clone()).unwrap())
+        .collect()
+}
+
+fn echo_script() -> Value {
+    json!([
+        {"content": "", "tool_calls": [{"id": "1", "name": "echo", "arguments": {"text": "hi"}}],
+         "usage": {"input_tokens": 10, "output_tokens": 3}},
+        {"content": "done", "usage": {"input_tokens": 12, "output_tokens": 1}}
+    ])
+}
+
+#[test]
+fn a_run_is_recorded_listed_shown_and_exported() {
+    let dir = Dir::new("record");
+    let (out, outcome) = run(&dir, &echo_script(), &["--test-tools", "--json", "do it"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let id = outcome["session_id"].as_str().expect("the outcome file carries the session id").to_owned();
+    let events: Vec<Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(events.first().unwrap()["type"], "run_start");
+    assert_eq!(events.first().unwrap()["session_id"], json!(id));
+    assert_eq!(events.last().unwrap()["type"], "run_end");
+    assert_eq!(events.last().unwrap()["session_id"], json!(id));
+
+    let list = sessions(&dir, &["list", "--json"]);
+    let rows: Vec<Value> =
+        String::from_utf8_lossy(&list.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 1, "{}", String::from_utf8_lossy(&list.stderr));
+    assert_eq!(rows[0]["id"], json!(id));
+    assert_eq!((rows[0]["status"].as_str(), rows[0]["steps"].as_u64()), (Some("completed"), Some(2)));
+    assert_eq!((rows[0]["input_tokens"].as_u64(), rows[0]["output_tokens"].as_u64()), (Some(22), Some(4)));
+    let table = String::from_utf8_lossy(&sessions(&dir, &["list"]).stdout).to_string();
+    assert!(table.contains(&id) && table.contains("completed") && table.contains("26"), "{table}");
+
+    let show = show_json(&dir, &id[..8]);
+    let messages = transcript(&show);
+    assert_eq!(serde_json::to_value(&messages).unwrap(), outcome["messages"]);
+    let readable = String::from_utf8_lossy(&sessions(&dir, &["show", &id]).stdout).to_string();
+    assert!(readable.contains("echo") && readable.contains("assistant: done"), "{readable}");
+
+    let export = sessions(&dir, &["export", &id]);
+    let lines: Vec<Value> =
+        String::from_utf8_lossy(&export.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines[0]["type"], "session");
+    assert_eq!(lines.len(), 1 + show["entries"].as_array().unwrap().len());
+
+    // Unknown ids and --no-store.
+    let missing = sessions(&dir, &["show", "nope"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no session"));
+    let script = dir.file("again.json", &echo_script().to_string());
+    let out_file = dir.0.join("again-outcome.json");
+    let out = reins()
+        .args(["run", "--test-tools", "--no-store", "--model"])
+        .arg(format!("script:{}", script.display()))
+        .arg("--output")
+        .arg(&out_file)
+        .arg("again")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let outcome: Value = serde_json::from_str(&std::fs::read_to_string(&out_file).unwrap()).unwrap();
+    assert!(outcome.get("session_id").is_none());
+    assert_eq!(outcome["status"], "completed");
+    assert_eq!(String::from_utf8_lossy(&sessions(&dir, &["list", "--json"]).stdout).lines().count(), 1);
+}
+
+#[test]
+fn a_killed_run_resumes_coherently_again_and_again() {
+    let dir = Dir::new("kill");
+    // Slow model turns: a kill lands between or inside steps.
+    let turns: Vec<Value> = (0..6)
+        .map(|i| {
+            json!({"delay_ms": 40, "content": format!("turn {i}"), "tool_calls": [
+            {"id": format!("a{i}"), "name": "echo", "arguments": {"text": format!("x{i}")}},
+            {"id": format!("b{i}"), "name": "echo", "arguments": {"text": format!("y{i}")}}]})
+        })
+        .chain(std::iter::once(json!({"content": "finished"})))
+        .collect();
+    let script = dir.file("slow.json", &Value::Array(turns).to_string());
+    let model = format!("script:{}", script.display());
+    let mut id: Option<String> = None;
+    let mut kills = 0;
+    for round in 0..12u64 {
+        let mut cmd = reins();
+        cmd.arg("run").arg("--model").arg(&model).arg("--test-tools").arg("--json").arg("--store").arg(dir.store());
+        match &id {
+            None => cmd.arg("go"),
+            Some(id) => cmd.arg("--resume").arg(id).arg("continue"),
+        };
+        let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        let at = Duration::from_millis(30 + (round * 37) % 150);
+        let t0 = Instant::now();
+        let mut done = false;
+        while t0.elapsed() < at {
+            if child.try_wait().unwrap().is_some() {
+                done = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if !done {
+            child.kill().unwrap();
+            kills += 1;
+        }
+        let status = child.wait().unwrap();
+        if done {
+            assert!(status.success() || status.code() == Some(3), "exit {status:?}");
+        }
+        if id.is_none() {
+            let list = sessions(&dir, &["list", "--json"]);
+            id = String::from_utf8_lossy(&list.stdout).lines().next().map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                v["id"].as_str().unwrap().to_owned()
+            });
+        }
+        if let Some(id) = &id {
+            let show = show_json(&dir, id);
+            let messages = transcript(&show);
+            // Dense positions, a coherent prefix, each result once.
+            let indices: Vec<u64> = show["entries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["kind"] == "message")
+                .map(|e| e["msg_index"].as_u64().unwrap())
+                .collect();
+            assert_eq!(indices, (0..indices.len() as u64).collect::<Vec<_>>());
+            Transcript::from_messages(messages, &CharCounter).unwrap();
+        }
+    }
+    assert!(kills > 0);
+    // A final, uninterrupted resume completes the session coherently.
+    let id = id.expect("a session was started");
+    let out = reins()
+        .args(["run", "--model", &model, "--test-tools", "--resume", &id, "--store"])
+        .arg(dir.store())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let messages = transcript(&show_json(&dir, &id));
+    assert!(Transcript::from_messages(messages.clone(), &CharCounter).unwrap().is_complete());
+    assert_eq!(messages.last().map(Message::content), Some("finished"));
+}
+
+fn workspace_script(dir: &Dir) -> Value {
+    let _ = dir;
+    json!([
+        {"content": "", "tool_calls": [{"id": "r1", "name": "read_file", "arguments": {"path": "notes.txt"}}]},
+        {"content": "", "tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "out.txt", "content": "made"}}]},
+        {"content": "read and wrote"}
+    ])
+}
+
+#[test]
+fn replay_reproduces_a_session_and_reports_a_changed_workspace() {
+    let dir = Dir::new("replay");
+    let ws = dir.0.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("notes.txt"), "alpha\n").unwrap();
+    let ws_arg = ws.display().to_string();
+    let (out, outcome) = run(&dir, &workspace_script(&dir), &["--workspace", &ws_arg, "go"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let id = outcome["session_id"].as_str().unwrap().to_owned();
+    std::fs::remove_file(ws.join("out.txt")).ok();
+
+    let replay =
+        |extra: &[&str]| reins().arg("replay").arg(&id).arg("--store").arg(dir.store()).args(extra).output().unwrap();
+    let same = replay(&["--json"]);
+    assert_eq!(same.status.code(), Some(0), "{}", String::from_utf8_lossy(&same.stderr));
+    let report: Value = serde_json::from_slice(&same.stdout).unwrap();
+    assert_eq!(report["divergence"], Value::Null);
+    assert!(!ws.join("out.txt").exists(), "the replay ran in a scratch copy");
+
+    // A deliberate change: the file the model read now says something else.
+    std::fs::write(ws.join("notes.txt"), "beta\n").unwrap();
+    let changed = replay(&[]);
+    assert_eq!(changed.status.code(), Some(10));
+    let text = String::from_utf8_lossy(&changed.stdout);
+    assert!(text.contains("DIVERGED") && text.contains("tool result differs at transcript item 2"), "{text}");
+    // The recorded results replay identically without running anything.
+    assert_eq!(replay(&["--no-tools"]).status.code(), Some(0));
+}
+
+#[test]
+fn a_damaged_store_is_a_clear_error() {
+    let dir = Dir::new("damaged");
+    std::fs::write(dir.store(), "not a database, just text ".repeat(200)).unwrap();
+    let out = sessions(&dir, &["list"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("corrupt or truncated") && err.contains("sessions.db"), "{err}");
+    let (out, _) = run(&dir, &echo_script(), &["--test-tools", "go"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("corrupt or truncated"));
+    let _ = Path::new("");
+}

@@ -2,8 +2,7 @@
 //! thread with its own connection behind a bounded queue; the run only serializes and enqueues, and
 //! waits on disk only at [`RunJournal::flush`] (before each model call) and at the end.
 
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use async_trait::async_trait;
 use reins::{
@@ -97,18 +96,95 @@ struct Row {
     status: Option<String>,
 }
 
-enum Cmd {
-    Row(Row),
-    Flush(oneshot::Sender<Result<(), String>>),
+/// What a run's log shares with its background writer.
+struct Shared {
+    path: std::path::PathBuf,
+    session_id: String,
+    run: i64,
+    /// The write connection; whoever holds it writes every pending row, in order.
+    conn: Mutex<Connection>,
+    pending: Mutex<Pending>,
+    /// Wakes the background writer (many rows pending, a checkpoint due, the run gone).
+    wake: Condvar,
+    /// How many rows may wait before the background writer takes them.
+    queue: usize,
 }
 
-/// The log of one run; see [`reins::RunJournal`].
+#[derive(Default)]
+struct Pending {
+    rows: Vec<Row>,
+    next_seq: i64,
+    error: Option<String>,
+    closed: bool,
+    flushes: u32,
+    checkpoint_due: bool,
+}
+
+impl Shared {
+    fn lock_pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Writes every pending row in one transaction. The first failure sticks: later writes report it.
+    fn write_pending(&self) -> Result<(), String> {
+        let mut conn = self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (rows, seq) = {
+            let mut p = self.lock_pending();
+            if let Some(e) = &p.error {
+                return Err(e.clone());
+            }
+            (std::mem::take(&mut p.rows), p.next_seq)
+        };
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let result = write(&mut conn, &self.session_id, self.run, seq, &rows);
+        let mut p = self.lock_pending();
+        match result {
+            Ok(next) => {
+                p.next_seq = next;
+                Ok(())
+            }
+            Err(e) => {
+                let msg = StoreError::sqlite(&self.path, e).to_string();
+                p.error = Some(msg.clone());
+                Err(msg)
+            }
+        }
+    }
+
+    fn checkpoint(&self) {
+        let conn = self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+    }
+}
+
+/// The log of one run; see [`reins::RunJournal`]. Recording appends to an in-memory queue; a flush
+/// commits the queue in one transaction; a background thread writes when the queue grows long or the
+/// run is quiet (a long tool call), and checkpoints the write-ahead log off the run's path.
 pub struct RunLog {
     session_id: String,
     recorded: usize,
-    tx: SyncSender<Cmd>,
+    shared: Arc<Shared>,
     failed: Mutex<Option<String>>,
     prices: Option<Prices>,
+    queue: usize,
+}
+
+impl Drop for RunLog {
+    fn drop(&mut self) {
+        self.shared.lock_pending().closed = true;
+        self.shared.wake.notify_all();
+    }
+}
+
+/// Runs blocking work from async code: on a multi-threaded runtime other tasks move off this
+/// thread meanwhile; elsewhere it simply runs (a commit takes tens of microseconds).
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
 }
 
 fn i64_of(v: u64) -> i64 {
@@ -132,15 +208,20 @@ fn usage_delta(r: &ModelResponse, prices: Option<Prices>) -> Delta {
 
 impl RunLog {
     fn push(&self, row: Row) {
-        let cmd = Cmd::Row(row);
-        // Fast path: room in the queue. Otherwise wait for the writer (backpressure, never loss).
-        let result = match self.tx.try_send(cmd) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(cmd)) => self.tx.send(cmd).map_err(|_| ()),
-            Err(TrySendError::Disconnected(_)) => Err(()),
+        let len = {
+            let mut p = self.shared.lock_pending();
+            p.rows.push(row);
+            p.rows.len()
         };
-        if result.is_err() {
-            self.fail("the writer thread stopped".into());
+        if len >= self.queue {
+            // The queue is full: the background writer takes it now; far beyond, the run waits
+            // (backpressure, never loss).
+            self.shared.wake.notify_all();
+            if len >= self.queue.saturating_mul(4) {
+                if let Err(e) = blocking(|| self.shared.write_pending()) {
+                    self.fail(e);
+                }
+            }
         }
     }
 
@@ -158,22 +239,24 @@ impl RunLog {
         if let Some(e) = self.failure() {
             return Err(JournalError(e));
         }
-        let (tx, rx) = oneshot::channel();
-        if self.tx.send(Cmd::Flush(tx)).is_err() {
-            self.fail("the writer thread stopped".into());
-            return Err(JournalError("the writer thread stopped".into()));
-        }
-        match rx.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => {
-                self.fail(e.clone());
-                Err(JournalError(e))
+        let result = blocking(|| self.shared.write_pending());
+        let due = {
+            let mut p = self.shared.lock_pending();
+            p.flushes += 1;
+            if p.flushes % CHECKPOINT_EVERY == 0 {
+                p.checkpoint_due = true;
+                true
+            } else {
+                false
             }
-            Err(_) => {
-                self.fail("the writer thread stopped".into());
-                Err(JournalError("the writer thread stopped".into()))
-            }
+        };
+        if due {
+            self.shared.wake.notify_all();
         }
+        result.map_err(|e| {
+            self.fail(e.clone());
+            JournalError(e)
+        })
     }
 }
 
@@ -244,7 +327,6 @@ impl RunJournal for RunLog {
 
 struct Started {
     session_id: String,
-    recorded: usize,
     run: i64,
     next_seq: i64,
 }
@@ -275,27 +357,26 @@ impl Journal for SessionJournal {
         };
         let start =
             serde_json::to_string(&start).map_err(|e| JournalError(format!("cannot serialize the run: {e}")))?;
-        let (tx, rx) = sync_channel::<Cmd>(self.store.options().queue.max(1));
-        let (ready_tx, ready_rx) = oneshot::channel::<Result<Started, String>>();
+        let (ready_tx, ready_rx) = oneshot::channel::<Result<Arc<Shared>, String>>();
         let store = self.store.clone();
         let meta = self.meta.clone();
         let target = self.target.clone();
         std::thread::Builder::new()
             .name("reins-store-writer".into())
-            .spawn(move || writer(store, meta, target, start, recorded, rx, ready_tx))
+            .spawn(move || writer(store, meta, target, start, recorded, ready_tx))
             .map_err(|e| JournalError(format!("cannot start the writer thread: {e}")))?;
-        let started = match ready_rx.await {
+        let shared = match ready_rx.await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => return Err(JournalError(e)),
             Err(_) => return Err(JournalError("the writer thread stopped while starting".into())),
         };
-        let _ = (started.run, started.next_seq);
         Ok(Arc::new(RunLog {
-            session_id: started.session_id,
-            recorded: started.recorded,
-            tx,
+            session_id: shared.session_id.clone(),
+            recorded,
+            shared,
             failed: Mutex::new(None),
             prices: self.meta.prices,
+            queue: self.store.options().queue.max(1),
         }))
     }
 }
@@ -318,7 +399,7 @@ fn begin(
                  VALUES (?1, ?2, ?2, ?3, ?4, 'running', 1, ?5, 0)",
                 params![id, ts, meta.model, meta.workspace, meta.prices.map(|_| 0.0f64)],
             )?;
-            Started { session_id: id, recorded: 0, run: 1, next_seq: 0 }
+            Started { session_id: id, run: 1, next_seq: 0 }
         }
         Target::Existing { id, .. } => {
             let row: Option<(i64, i64, i64)> = tx
@@ -338,7 +419,7 @@ fn begin(
                 "UPDATE sessions SET runs = ?2, status = 'running', updated_at = ?3 WHERE id = ?1",
                 params![id, runs + 1, ts],
             )?;
-            Started { session_id: id.clone(), recorded, run: runs + 1, next_seq }
+            Started { session_id: id.clone(), run: runs + 1, next_seq }
         }
     };
     tx.execute(
@@ -356,8 +437,7 @@ fn writer(
     target: Target,
     start: String,
     recorded: usize,
-    rx: Receiver<Cmd>,
-    ready: oneshot::Sender<Result<Started, String>>,
+    ready: oneshot::Sender<Result<Arc<Shared>, String>>,
 ) {
     let path = store.path().to_path_buf();
     let mut conn = match store.connect(false) {
@@ -367,7 +447,7 @@ fn writer(
             return;
         }
     };
-    // This connection never checkpoints inside a commit (see below).
+    // This connection never checkpoints inside a commit: this thread does, off the run's path.
     if let Err(e) = conn.query_row("PRAGMA wal_autocheckpoint = 0", [], |_| Ok(())) {
         let _ = ready.send(Err(StoreError::sqlite(&path, e).to_string()));
         return;
@@ -383,83 +463,46 @@ fn writer(
             return;
         }
     };
-    let session_id = started.session_id.clone();
-    let run = started.run;
-    let mut next_seq = started.next_seq;
-    if ready.send(Ok(started)).is_err() {
+    let shared = Arc::new(Shared {
+        path,
+        session_id: started.session_id,
+        run: started.run,
+        conn: Mutex::new(conn),
+        pending: Mutex::new(Pending { next_seq: started.next_seq, ..Pending::default() }),
+        wake: Condvar::new(),
+        queue: store.options().queue.max(1),
+    });
+    if ready.send(Ok(shared.clone())).is_err() {
         return;
     }
-    let mut since_checkpoint = 0u32;
-    let mut error: Option<String> = None;
-    let mut rows: Vec<Row> = Vec::new();
-    let mut waiters: Vec<oneshot::Sender<Result<(), String>>> = Vec::new();
-    // Rows wait in memory until a flush asks for them (one transaction per step), until many are
-    // waiting, or until the run has been quiet for a moment (a long tool call: its start is kept).
     loop {
-        let cmd = if rows.is_empty() {
-            match rx.recv() {
-                Ok(c) => Some(c),
-                Err(_) => break,
-            }
-        } else {
-            match rx.recv_timeout(IDLE_WRITE) {
-                Ok(c) => Some(c),
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                    // The run is gone without a last flush (it was dropped): keep what it recorded.
-                    if error.is_none() {
-                        let _ = write(&mut conn, &session_id, run, next_seq, &rows);
-                    }
-                    break;
-                }
-            }
+        let (closed, write_now, checkpoint) = {
+            let p = shared.lock_pending();
+            let (mut p, timeout) = shared
+                .wake
+                .wait_timeout_while(p, IDLE_WRITE, |p| !p.closed && !p.checkpoint_due && p.rows.len() < shared.queue)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let checkpoint = std::mem::take(&mut p.checkpoint_due);
+            // Quiet for a while with rows waiting (a long tool call): write them.
+            let write = p.closed || (!p.rows.is_empty() && (timeout.timed_out() || p.rows.len() >= shared.queue));
+            (p.closed, write, checkpoint)
         };
-        let mut commit = cmd.is_none();
-        let mut next = cmd;
-        while let Some(cmd) = next {
-            match cmd {
-                Cmd::Row(r) => rows.push(r),
-                Cmd::Flush(w) => {
-                    waiters.push(w);
-                    commit = true;
-                }
-            }
-            next = rx.try_recv().ok();
+        if write_now {
+            let _ = shared.write_pending();
         }
-        if !commit && rows.len() < MAX_PENDING {
-            continue;
+        if checkpoint || closed {
+            shared.checkpoint();
         }
-        if error.is_none() && !rows.is_empty() {
-            match write(&mut conn, &session_id, run, next_seq, &rows) {
-                Ok(n) => next_seq = n,
-                Err(e) => error = Some(StoreError::sqlite(&path, e).to_string()),
-            }
-        }
-        rows.clear();
-        let flushed = !waiters.is_empty();
-        for w in waiters.drain(..) {
-            let _ = w.send(error.clone().map_or(Ok(()), Err));
-        }
-        // Checkpoint here, after the run got its answer and while it calls the model, rather than
-        // inside a commit it waits for.
-        if flushed && error.is_none() {
-            since_checkpoint += 1;
-            if since_checkpoint >= CHECKPOINT_EVERY {
-                since_checkpoint = 0;
-                let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
-            }
+        if closed {
+            return;
         }
     }
-    let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
 }
-
-/// Flushes between two checkpoints of the write-ahead log.
-const CHECKPOINT_EVERY: u32 = 256;
 
 /// How long rows may wait for a flush while the run is quiet.
 const IDLE_WRITE: std::time::Duration = std::time::Duration::from_millis(200);
-/// How many rows may wait for a flush before they are written anyway.
-const MAX_PENDING: usize = 2048;
+/// Flushes between two checkpoints of the write-ahead log.
+const CHECKPOINT_EVERY: u32 = 256;
 
 fn write(conn: &mut Connection, session: &str, run: i64, mut seq: i64, rows: &[Row]) -> rusqlite::Result<i64> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;

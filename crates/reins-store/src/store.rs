@@ -33,7 +33,8 @@ pub struct StoreOptions {
     pub max_pages: Option<u64>,
     /// How long to wait for another process's write lock before giving up.
     pub busy_timeout: Duration,
-    /// How many recorded items may wait for the writer before recording blocks the run.
+    /// How many recorded items may wait before the background writer takes them (four times as many
+    /// make the run wait: backpressure, never loss).
     pub queue: usize,
 }
 

@@ -178,3 +178,18 @@ async fn sandboxed_command_cannot_ptrace() {
     }
     assert_eq!(run(&r, "trace").await.expect("run").stdout, format!("-1 {}\n", libc::EPERM));
 }
+
+/// io_uring_setup (syscall 425 on x86_64 and aarch64) is denied with EPERM inside the sandbox.
+#[tokio::test]
+async fn sandboxed_command_cannot_use_io_uring() {
+    let fx = fixture();
+    let code = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nparams = ctypes.create_string_buffer(120)\n\
+                r = libc.syscall(425, 4, params)\nprint('fd' if r >= 0 else 'err', 0 if r >= 0 else ctypes.get_errno())\n";
+    let preset = Preset::new("uring", "python3", vec!["-c".into(), code.into()]);
+    let r = runner(&fx.ws, vec![preset], SandboxMode::Required);
+    if !full_support() {
+        assert!(run(&r, "uring").await.is_err());
+        return;
+    }
+    assert_eq!(run(&r, "uring").await.expect("run").stdout, format!("err {}\n", libc::EPERM));
+}

@@ -4,6 +4,7 @@ mod demo;
 mod exit;
 mod mcp_cli;
 mod models;
+mod providers_cli;
 mod render;
 mod run;
 mod sessions_cli;

@@ -11,7 +11,7 @@ use reins::{Agent, CharCounter, ContextConfig, Event, Limits, ObserverError, Out
 use tokio_util::sync::CancellationToken;
 
 use crate::exit::{CliError, code_for, usage};
-use crate::{models, render, test_tools};
+use crate::{render, test_tools};
 
 /// Flags of `reins run`.
 #[derive(Args, Debug)]
@@ -70,6 +70,9 @@ pub struct RunArgs {
     /// MCP servers.
     #[command(flatten)]
     pub mcp: crate::mcp_cli::McpFlags,
+    /// Real model providers.
+    #[command(flatten)]
+    pub provider: crate::providers_cli::ProviderFlags,
     /// The session store.
     #[command(flatten)]
     pub store: crate::sessions_cli::RunStoreFlags,
@@ -87,12 +90,14 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 /// The JSON-lines observer: one event a line on stdout.
 fn json_observer(event: &Event) -> Result<(), ObserverError> {
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{}", event.to_json()).and_then(|()| out.flush()).map_err(|e| ObserverError(e.to_string()))
+    writeln!(out, "{}", crate::providers_cli::event_json(event))
+        .and_then(|()| out.flush())
+        .map_err(|e| ObserverError(e.to_string()))
 }
 
 /// Builds the agent from the flags.
 fn build_agent(args: &RunArgs, mcp: Option<&Arc<reins_mcp::McpTools>>) -> Result<Agent, CliError> {
-    let model = models::build_model(&args.model)?;
+    let model = crate::providers_cli::build_model(&args.model, &args.provider)?;
     let mut tools = Vec::new();
     if args.test_tools {
         tools.extend(test_tools::tools());
@@ -147,7 +152,8 @@ pub fn cancel_on_ctrl_c(cancel: CancellationToken) {
 
 /// Writes the outcome as pretty JSON.
 pub fn write_outcome(path: &PathBuf, outcome: &Outcome) -> anyhow::Result<()> {
-    let json = serde_json::to_vec_pretty(outcome).context("serializing the outcome")?;
+    let json =
+        serde_json::to_vec_pretty(&crate::providers_cli::outcome_json(outcome)?).context("serializing the outcome")?;
     std::fs::write(path, json).with_context(|| format!("writing the outcome file {}", path.display()))
 }
 
@@ -169,6 +175,7 @@ pub async fn run(args: RunArgs) -> Result<u8, CliError> {
     }
     if !args.json {
         render::summary(&outcome);
+        crate::providers_cli::print_cost(&outcome);
     }
     Ok(code_for(outcome.status))
 }

@@ -202,10 +202,36 @@ pub(crate) struct Stream {
     items: BTreeMap<u64, Item>,
     /// Output index of each function call → its 0-based position among the calls.
     call_positions: BTreeMap<u64, usize>,
+    /// Item id → output index, for servers that name items by id only (llama.cpp sends no `output_index`).
+    ids: std::collections::HashMap<String, u64>,
     last: Option<Value>,
 }
 
 impl Stream {
+    /// The output index an event is about: its `output_index`, else the index of its item id (a new id
+    /// gets the next index), else 0.
+    fn index_of(&mut self, v: &Value) -> u64 {
+        let id = match str_at(v, "item_id") {
+            "" => str_at(&v["item"], "id"),
+            id => id,
+        };
+        if let Some(i) = v["output_index"].as_u64() {
+            if !id.is_empty() {
+                self.ids.insert(id.to_owned(), i);
+            }
+            return i;
+        }
+        if id.is_empty() {
+            return 0;
+        }
+        if let Some(&i) = self.ids.get(id) {
+            return i;
+        }
+        let next = self.items.keys().next_back().map_or(0, |k| k + 1).max(self.ids.len() as u64);
+        self.ids.insert(id.to_owned(), next);
+        next
+    }
+
     fn call_position(&mut self, output_index: u64) -> usize {
         let next = self.call_positions.len();
         *self.call_positions.entry(output_index).or_insert(next)
@@ -218,7 +244,7 @@ impl Stream {
             "" => ev.event.as_str(),
             t => t,
         };
-        let index = v["output_index"].as_u64().unwrap_or(0);
+        let index = self.index_of(&v);
         match kind {
             "response.output_item.added" => {
                 let item = item_of(&v["item"]);
@@ -308,5 +334,60 @@ impl Stream {
             Some(output) if !output.is_empty() => Ok(assemble(output.iter().map(item_of), &last)),
             _ => Ok(assemble(self.items.into_values(), &last)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sse::SseParser;
+
+    fn run(stream: &str) -> (ModelResponse, Vec<reins::Delta>) {
+        let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let h = heard.clone();
+        let sink = reins::DeltaSink::new(move |d| h.lock().unwrap().push(d.clone()));
+        let mut emit = Emit::new(Some(sink));
+        let mut parser = SseParser::new(1 << 20);
+        let mut events = Vec::new();
+        parser.push(stream.as_bytes(), &mut events).unwrap();
+        let mut s = Stream::default();
+        for ev in &events {
+            if s.on_event(ev, &mut emit).unwrap() {
+                break;
+            }
+        }
+        let r = s.finish().unwrap();
+        let deltas = heard.lock().unwrap().clone();
+        (r, deltas)
+    }
+
+    /// As llama.cpp streams: items named by id, no `output_index`, the final response without output.
+    #[test]
+    fn items_named_by_id_only_stay_apart() {
+        let ev = |v: Value| format!("data: {v}\n\n");
+        let mut s = String::new();
+        for (id, call, args) in
+            [("fc_1", "call_1", ["{\"city\"", ": \"Paris\"}"]), ("fc_2", "call_2", ["{\"city\"", ": \"Rome\"}"])]
+        {
+            s += &ev(
+                json!({"type": "response.output_item.added", "item": {"id": id, "type": "function_call", "call_id": call, "name": "get_weather", "arguments": ""}}),
+            );
+            for a in args {
+                s += &ev(json!({"type": "response.function_call_arguments.delta", "item_id": id, "delta": a}));
+            }
+        }
+        s += &ev(json!({"type": "response.completed", "response": {"status": "completed", "output": []}}));
+        let (r, deltas) = run(&s);
+        assert_eq!(r.tool_calls.len(), 2);
+        assert_eq!(r.tool_calls[0].arguments, json!({"city": "Paris"}));
+        assert_eq!(r.tool_calls[1].arguments, json!({"city": "Rome"}));
+        let second: String = deltas
+            .iter()
+            .filter_map(|d| match d {
+                reins::Delta::ToolArguments { index: 1, fragment } => Some(fragment.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(second, "{\"city\": \"Rome\"}");
     }
 }

@@ -254,6 +254,8 @@ pub async fn llama_url() -> String {
         .or_else(|| std::fs::read_to_string(cache_dir().join("server.url")).ok())
         .map(|u| u.trim().trim_end_matches('/').to_owned());
     let Some(url) = url else { panic!("REINS_LLAMA_URL is not set and no server URL was recorded: {SETUP_HINT}") };
+    // reqwest is built without a default TLS provider: install ring's, as the providers do.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::Client::new();
     let healthy = client
         .get(format!("{url}/health"))

@@ -1,0 +1,180 @@
+//! `reins run` with real providers: the real binary against a local HTTP server on 127.0.0.1 that replays
+//! recorded-format responses (the reins-providers fixtures) and captures what it was sent.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::mpsc;
+use std::thread;
+
+use serde_json::Value;
+
+fn fixture(path: &str) -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../reins-providers/tests/fixtures").join(path);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("fixture {}: {e}", p.display()))
+}
+
+/// Serves one HTTP/1.1 request with `body` (of `content_type`) and sends back the request body it got.
+fn serve_once(content_type: &'static str, body: String) -> (String, mpsc::Receiver<(String, Value)>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let Ok((stream, _)) = listener.accept() else { return };
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut request_line = String::new();
+        reader.read_line(&mut request_line).unwrap();
+        let mut length = 0usize;
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            if line.trim().is_empty() {
+                break;
+            }
+            if let Some((k, v)) = line.split_once(':') {
+                if k.eq_ignore_ascii_case("content-length") {
+                    length = v.trim().parse().unwrap();
+                }
+            }
+        }
+        let mut buf = vec![0; length];
+        reader.read_exact(&mut buf).unwrap();
+        let path = request_line.split_whitespace().nth(1).unwrap_or_default().to_owned();
+        let _ = tx.send((path, serde_json::from_slice(&buf).unwrap_or(Value::Null)));
+        let mut stream = stream;
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        let _ = stream.write_all(head.as_bytes());
+        let _ = stream.write_all(body.as_bytes());
+    });
+    (format!("http://{addr}"), rx)
+}
+
+fn reins(args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_reins"));
+    cmd.args(args).env_remove("OPENAI_API_KEY").env_remove("ANTHROPIC_API_KEY");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run reins")
+}
+
+fn lines(out: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(out).lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
+}
+
+#[test]
+fn openai_chat_run_reports_usage_and_cost_in_run_end_and_the_outcome() {
+    let (url, got) = serve_once("application/json", fixture("openai_chat/text.json"));
+    let dir = std::env::temp_dir().join(format!("reins-cli-providers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let outcome_file = dir.join("outcome.json");
+    let out = reins(
+        &[
+            "run",
+            "--model",
+            "openai-chat:gpt-4o-mini",
+            "--base-url",
+            &format!("{url}/v1"),
+            "--max-response-tokens",
+            "77",
+            "--json",
+            "--output",
+            outcome_file.to_str().unwrap(),
+            "What is the capital of France?",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let (path, body) = got.recv().unwrap();
+    assert_eq!(path, "/v1/chat/completions");
+    assert_eq!(body["model"], "gpt-4o-mini");
+    assert_eq!(body["max_tokens"], 77);
+    assert_eq!(body["messages"][0]["content"], "What is the capital of France?");
+    let events = lines(&out.stdout);
+    let end = events.last().unwrap();
+    assert_eq!(end["type"], "run_end");
+    assert_eq!(end["usage"]["input_tokens"], 1117);
+    assert_eq!(end["usage"]["cached_input_tokens"], 1024);
+    // gpt-4o-mini: 93 uncached × $0.15 + 1024 cached × $0.075 + 46 output × $0.60, per million.
+    let want = (93.0 * 0.15 + 1024.0 * 0.075 + 46.0 * 0.60) / 1e6;
+    assert!((end["cost_usd"].as_f64().unwrap() - want).abs() < 1e-12, "{end}");
+    let outcome: Value = serde_json::from_str(&std::fs::read_to_string(&outcome_file).unwrap()).unwrap();
+    assert_eq!(outcome["answer"], "The capital of France is Paris.");
+    assert_eq!(outcome["usage"]["output_tokens"], 46);
+    assert!((outcome["cost_usd"].as_f64().unwrap() - want).abs() < 1e-12);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn anthropic_stream_shows_text_as_it_arrives_and_the_answer_once() {
+    let (url, got) = serve_once("text/event-stream", fixture("anthropic/text.sse"));
+    let out = reins(&["run", "--model", "anthropic:claude-sonnet-4-5", "--base-url", &url, "--stream", "hi"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let (path, body) = got.recv().unwrap();
+    assert_eq!(path, "/v1/messages");
+    assert_eq!(body["stream"], true);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stdout, "Hello! How can I help?\n", "stdout holds the answer once");
+    assert!(stderr.contains("Hello! How can I help?"), "streamed on stderr: {stderr}");
+    assert!(stderr.contains("[reasoning] The user says hello; reply in kind.\nHello! How can I help?\n"), "{stderr}");
+    assert!(stderr.contains("cost ≈ $") && stderr.contains("claude-sonnet-4-5 list prices"), "{stderr}");
+}
+
+#[test]
+fn a_missing_api_key_is_a_one_line_error() {
+    for (spec, env) in [("openai:gpt-4.1", "OPENAI_API_KEY"), ("anthropic:claude-haiku-4-5", "ANTHROPIC_API_KEY")] {
+        let out = reins(&["run", "--model", spec, "hi"], &[]);
+        assert_eq!(out.status.code(), Some(2), "{spec}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr,
+            format!(
+                "reins: error: --model {spec} needs an API key: set {env} (or point --base-url at a local server)\n"
+            )
+        );
+    }
+}
+
+#[test]
+fn bad_provider_flags_are_usage_errors() {
+    let out = reins(&["run", "--model", "openai-chat:m", "--base-url", "ftp://x/v1", "hi"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid base URL"));
+    let out = reins(&["run", "--model", "openai-chat:", "hi"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("names no model"));
+    let out = reins(&["run", "--model", "anthropic:m", "--max-response-tokens", "0", "hi"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn an_unknown_price_leaves_the_cost_out() {
+    let (url, _got) = serve_once("application/json", fixture("openai_responses/text.json"));
+    let out =
+        reins(&["run", "--model", "openai:my-local-model", "--base-url", &format!("{url}/v1"), "--json", "hi"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let end = lines(&out.stdout).pop().unwrap();
+    assert_eq!(end["type"], "run_end");
+    assert_eq!(end["usage"]["reasoning_tokens"], 64);
+    assert!(end.get("cost_usd").is_none(), "{end}");
+}
+
+#[test]
+fn a_server_error_is_a_model_error_exit() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let out = reins(
+        &["run", "--model", "openai-chat:m", "--base-url", &format!("http://127.0.0.1:{port}/v1"), "--json", "hi"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(8), "{}", String::from_utf8_lossy(&out.stderr));
+    let end = lines(&out.stdout).pop().unwrap();
+    assert_eq!(end["status"], "model_error");
+    assert!(end["error"].as_str().unwrap().contains("gave up after 4 attempts"), "{end}");
+}

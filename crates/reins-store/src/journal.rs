@@ -152,11 +152,6 @@ impl Shared {
             }
         }
     }
-
-    fn checkpoint(&self) {
-        let conn = self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
-    }
 }
 
 /// The log of one run; see [`reins::RunJournal`]. Recording appends to an in-memory queue; a flush
@@ -475,23 +470,31 @@ fn writer(
     if ready.send(Ok(shared.clone())).is_err() {
         return;
     }
+    // Checkpoints go through a connection of their own: a passive checkpoint runs alongside the run's
+    // commits instead of holding the write connection (its fsync can take milliseconds).
+    let checkpointer = store.connect(false).ok();
+    let checkpoint = || {
+        if let Some(c) = &checkpointer {
+            let _ = c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+        }
+    };
     loop {
-        let (closed, write_now, checkpoint) = {
+        let (closed, write_now, due) = {
             let p = shared.lock_pending();
             let (mut p, timeout) = shared
                 .wake
                 .wait_timeout_while(p, IDLE_WRITE, |p| !p.closed && !p.checkpoint_due && p.rows.len() < shared.queue)
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let checkpoint = std::mem::take(&mut p.checkpoint_due);
+            let due = std::mem::take(&mut p.checkpoint_due);
             // Quiet for a while with rows waiting (a long tool call): write them.
             let write = p.closed || (!p.rows.is_empty() && (timeout.timed_out() || p.rows.len() >= shared.queue));
-            (p.closed, write, checkpoint)
+            (p.closed, write, due)
         };
         if write_now {
             let _ = shared.write_pending();
         }
-        if checkpoint || closed {
-            shared.checkpoint();
+        if due || closed {
+            checkpoint();
         }
         if closed {
             return;
@@ -502,7 +505,7 @@ fn writer(
 /// How long rows may wait for a flush while the run is quiet.
 const IDLE_WRITE: std::time::Duration = std::time::Duration::from_millis(200);
 /// Flushes between two checkpoints of the write-ahead log.
-const CHECKPOINT_EVERY: u32 = 256;
+const CHECKPOINT_EVERY: u32 = 1000;
 
 fn write(conn: &mut Connection, session: &str, run: i64, mut seq: i64, rows: &[Row]) -> rusqlite::Result<i64> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;

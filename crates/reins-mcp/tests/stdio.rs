@@ -216,8 +216,8 @@ async fn a_server_that_never_answers_initialize_is_stopped_with_its_process_grou
 async fn garbage_answers_and_slow_calls_end_in_error_results_within_the_call_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("calls.log");
-    let garbage = common::python_server("junk", "--garbage", &log).call_timeout(Duration::from_secs(2));
-    let slow = common::python_server("slow", "", &dir.path().join("slow.log")).call_timeout(Duration::from_secs(2));
+    let garbage = common::python_server("junk", "--garbage", &log).call_timeout(Duration::from_secs(5));
+    let slow = common::python_server("slow", "", &dir.path().join("slow.log")).call_timeout(Duration::from_secs(5));
     let mcp = McpTools::start(vec![garbage, slow]).await.unwrap();
     let model = Arc::new(ScriptedModel::new(vec![
         ModelResponse::tool_calls(
@@ -238,9 +238,9 @@ async fn garbage_answers_and_slow_calls_end_in_error_results_within_the_call_tim
     assert_eq!(outcome.status, Status::Completed, "{:?}", outcome.error);
     let results = results(&outcome);
     let g = result_of(&results, "g");
-    assert!(g.2 && g.1.contains("did not answer the call of \"add\" within 2s"), "{g:?}");
+    assert!(g.2 && g.1.contains("did not answer the call of \"add\" within 5s"), "{g:?}");
     let s = result_of(&results, "s");
-    assert!(s.2 && s.1.contains("did not answer the call of \"sleep\" within 2s"), "{s:?}");
+    assert!(s.2 && s.1.contains("did not answer the call of \"sleep\" within 5s"), "{s:?}");
     assert_eq!(result_of(&results, "s2"), &("s2".into(), "STILL HERE".into(), false));
 }
 

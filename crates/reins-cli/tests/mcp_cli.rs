@@ -132,3 +132,50 @@ fn mcp_list_shows_servers_whether_they_start_and_their_tools() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).1.contains("no MCP servers configured"));
 }
+
+#[test]
+fn run_reads_mcp_servers_from_the_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../reins-mcp/tests/servers/py_server.py");
+    let config = dir.path().join("reins.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[mcp.calc]\ncommand = {:?}\nargs = [{:?}]\nenv = {{ REINS_MCP_TEST_LOG = {:?} }}\n\
+             startup_timeout = \"60s\"\ncall_timeout = \"30s\"\n",
+            python().display().to_string(),
+            script.display().to_string(),
+            log.display().to_string()
+        ),
+    )
+    .unwrap();
+    let turns = dir.path().join("script.json");
+    std::fs::write(
+        &turns,
+        json!([
+            {"tool_calls": [{"id": "1", "name": "calc__shout", "arguments": {"text": "from the config"}}]},
+            {"content": "ok"}
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let outcome = dir.path().join("outcome.json");
+    let out = reins()
+        .args(["run", "--json", "--model"])
+        .arg(format!("script:{}", turns.display()))
+        .arg("--config")
+        .arg(&config)
+        .arg("--output")
+        .arg(&outcome)
+        .arg("shout")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "stdout: {stdout}\nstderr: {stderr}");
+    let o: Value = serde_json::from_str(&std::fs::read_to_string(&outcome).unwrap()).unwrap();
+    let result = o["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").unwrap();
+    assert_eq!(result["content"], "FROM THE CONFIG");
+    // The server got the environment from its table.
+    assert!(std::fs::read_to_string(&log).unwrap().contains("\"shout\""));
+}

@@ -127,6 +127,17 @@ fn run_config(args: &RunArgs) -> serde_json::Value {
     })
 }
 
+/// The list prices of a provider model, when known (a session's cost stays unknown otherwise).
+fn prices(spec: &str) -> Option<reins_store::Prices> {
+    let (_, model) = reins_providers::Api::parse_spec(spec).ok()?;
+    let p = reins_providers::model_info(&model)?.price;
+    Some(reins_store::Prices {
+        input_per_mtok: p.input,
+        output_per_mtok: p.output,
+        cached_input_per_mtok: p.cached_input,
+    })
+}
+
 /// Adds the session journal to a `reins run` agent (unless `--no-store`).
 pub fn attach(builder: AgentBuilder, args: &RunArgs) -> Result<AgentBuilder, CliError> {
     let flags = &args.store;
@@ -138,7 +149,7 @@ pub fn attach(builder: AgentBuilder, args: &RunArgs) -> Result<AgentBuilder, Cli
     let meta = SessionMeta {
         model: Some(args.model.clone()),
         workspace: config["workspace"].as_str().map(str::to_owned),
-        prices: None,
+        prices: prices(&args.model),
         config: Some(config),
     };
     let journal = match &flags.resume {

@@ -23,6 +23,22 @@ pub struct Prices {
     pub input_per_mtok: f64,
     /// US dollars per million output tokens.
     pub output_per_mtok: f64,
+    /// US dollars per million input tokens served from a prompt cache (0: priced as other input).
+    #[serde(default)]
+    pub cached_input_per_mtok: f64,
+}
+
+impl Prices {
+    /// The cost of one call's usage, in US dollars.
+    pub fn cost(&self, u: &reins::Usage) -> f64 {
+        let cached = u.cached_input_tokens.min(u.input_tokens);
+        let cached_price =
+            if self.cached_input_per_mtok > 0.0 { self.cached_input_per_mtok } else { self.input_per_mtok };
+        ((u.input_tokens - cached) as f64 * self.input_per_mtok
+            + cached as f64 * cached_price
+            + u.output_tokens as f64 * self.output_per_mtok)
+            / 1e6
+    }
 }
 
 /// What a new session records about itself.
@@ -193,9 +209,7 @@ fn usage_delta(r: &ModelResponse, prices: Option<Prices>) -> Delta {
             steps: 1,
             input: i64_of(u.input_tokens),
             output: i64_of(u.output_tokens),
-            cost: prices.map_or(0.0, |p| {
-                (u.input_tokens as f64 * p.input_per_mtok + u.output_tokens as f64 * p.output_per_mtok) / 1e6
-            }),
+            cost: prices.map_or(0.0, |p| p.cost(u)),
             ..Delta::default()
         },
     }

@@ -6,7 +6,10 @@ use std::process::{Command, Output};
 use serde_json::{Value, json};
 
 fn reins() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_reins"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_reins"));
+    // Sessions go to a store of this test process, never the user's own.
+    c.env("REINS_STORE", std::env::temp_dir().join(format!("reins-cli-test-{}.db", std::process::id())));
+    c
 }
 
 fn run(dir: &Path, script: Value, extra: &[&str]) -> (Output, Option<Value>) {

@@ -866,7 +866,7 @@ async fn cancellation_mid_stream_aborts_the_request_at_once() {
         let r = tokio::time::timeout(Duration::from_secs(20), sink.scope(p.generate(&simple(), &cancel))).await;
         assert_eq!(r.expect("returned promptly, long before the stream would end"), Err(ModelError::Cancelled));
         // The server sees its client go away.
-        for _ in 0..200 {
+        for _ in 0..1000 {
             if server.disconnects.load(Ordering::SeqCst) > 0 {
                 break;
             }

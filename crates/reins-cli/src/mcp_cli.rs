@@ -81,6 +81,19 @@ pub fn tool_source(
     Ok(Some(Arc::new(source)))
 }
 
+/// After a run: warns on stderr about tool refreshes that failed between steps, then shuts the servers down.
+pub async fn finish(mcp: Option<&Arc<McpTools>>) {
+    let Some(mcp) = mcp else {
+        return;
+    };
+    for e in mcp.refresh_errors() {
+        eprintln!(
+            "reins: warning: the tools of an MCP server could not be refreshed (its previous tools were kept): {e}"
+        );
+    }
+    mcp.shutdown().await;
+}
+
 /// `reins mcp`.
 #[derive(Args, Debug)]
 pub struct McpArgs {

@@ -167,9 +167,7 @@ pub async fn run(args: RunArgs) -> Result<u8, CliError> {
         Some(state) => agent.drive(state, cancel).await,
         None => agent.run(args.prompt.as_deref().unwrap_or_default(), cancel).await,
     };
-    if let Some(mcp) = &mcp {
-        mcp.shutdown().await;
-    }
+    crate::mcp_cli::finish(mcp.as_ref()).await;
     if let Some(path) = &args.output {
         write_outcome(path, &outcome)?;
     }

@@ -84,6 +84,7 @@ pub fn make_tools(server: &Arc<McpServer>, listed: Vec<RemoteTool>) -> Result<Ve
 pub struct McpTools {
     servers: Vec<Arc<McpServer>>,
     tools: Mutex<Vec<Vec<Arc<dyn Tool>>>>,
+    refresh_errors: Mutex<Vec<McpError>>,
 }
 
 impl std::fmt::Debug for McpTools {
@@ -126,7 +127,7 @@ impl McpTools {
             }
             return Err(e);
         }
-        Ok(McpTools { servers, tools: Mutex::new(tools) })
+        Ok(McpTools { servers, tools: Mutex::new(tools), refresh_errors: Mutex::new(Vec::new()) })
     }
 
     /// The servers, in configuration order.
@@ -151,6 +152,12 @@ impl McpTools {
             },
             other => McpError::Tool { server: String::new(), tool: String::new(), reason: other.to_string() },
         })
+    }
+
+    /// The failures of refreshes made between steps by an [`McpToolSource`] (the previous tools were kept),
+    /// oldest first.
+    pub fn refresh_errors(&self) -> Vec<McpError> {
+        self.refresh_errors.lock().map(|e| e.clone()).unwrap_or_default()
     }
 
     /// True when some server announced a change of its tools since they were last listed.
@@ -189,19 +196,18 @@ impl McpTools {
 ///
 /// At each step boundary it re-lists the tools of the servers that announced a change and rebuilds the
 /// registry (`others` first, then the MCP tools). When that fails — the server is gone, or a new tool is
-/// refused — it keeps the previous registry and records the error ([`McpToolSource::last_error`]).
+/// refused — it keeps the previous registry and records the error ([`McpTools::refresh_errors`]).
 pub struct McpToolSource {
     mcp: Arc<McpTools>,
     others: Vec<Arc<dyn Tool>>,
     current: Mutex<Arc<Registry>>,
-    last_error: Mutex<Option<McpError>>,
 }
 
 impl McpToolSource {
     /// A source over `mcp` plus `others`; fails as [`McpTools::registry`] does.
     pub fn new(mcp: Arc<McpTools>, others: Vec<Arc<dyn Tool>>) -> Result<McpToolSource, McpError> {
         let registry = Arc::new(mcp.registry(others.iter().cloned())?);
-        Ok(McpToolSource { mcp, others, current: Mutex::new(registry), last_error: Mutex::new(None) })
+        Ok(McpToolSource { mcp, others, current: Mutex::new(registry) })
     }
 
     /// The registry in force now.
@@ -211,7 +217,7 @@ impl McpToolSource {
 
     /// The last refresh failure, if any.
     pub fn last_error(&self) -> Option<McpError> {
-        self.last_error.lock().ok().and_then(|e| e.clone())
+        self.mcp.refresh_errors().pop()
     }
 
     /// The servers.
@@ -235,8 +241,8 @@ impl ToolSource for McpToolSource {
                     }
                 }
                 Err(e) => {
-                    if let Ok(mut last) = self.last_error.lock() {
-                        *last = Some(e);
+                    if let Ok(mut errors) = self.mcp.refresh_errors.lock() {
+                        errors.push(e);
                     }
                 }
             }

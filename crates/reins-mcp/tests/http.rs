@@ -126,3 +126,26 @@ async fn an_http_server_that_dies_mid_call_or_never_answers_gives_errors_not_a_s
     let err = McpTools::start(vec![config]).await.unwrap_err();
     assert!(matches!(&err, McpError::Initialize { server, .. } if server == "gone"), "{err:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_headers_are_refused_before_anything_is_sent() {
+    // A listener that counts connections: none may arrive.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    for (name, value, expected) in [
+        ("bad header", "x", "invalid header name \"bad header\""),
+        ("X-Token", "line\nbreak", "invalid value for header \"X-Token\""),
+        ("Authorization", "Basic dXNlcjpwYXNz", "only a bearer token"),
+    ] {
+        let transport = reins_mcp::Transport::Http {
+            url: url.clone(),
+            headers: [(name.to_owned(), value.to_owned())].into_iter().collect(),
+        };
+        let config = ServerConfig::new("web", transport).unwrap();
+        let err = McpTools::start(vec![config]).await.unwrap_err();
+        assert!(matches!(err, McpError::Initialize { .. }), "{err:?}");
+        assert!(err.to_string().contains(expected), "{err}");
+    }
+    assert!(listener.accept().is_err(), "no connection was made");
+}

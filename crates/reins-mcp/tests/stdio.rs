@@ -379,3 +379,30 @@ async fn a_running_agent_sees_tools_added_by_list_changed_at_the_next_step() {
     assert_eq!(result_of(&results(&outcome), "3"), &("3".into(), "extra here".into(), false));
     assert!(source.last_error().is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_that_brings_a_refused_tool_keeps_the_previous_tools_and_records_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+    let mcp = Arc::new(McpTools::start(vec![common::python_server("py", "", &log)]).await.unwrap());
+    let source = Arc::new(reins_mcp::McpToolSource::new(Arc::clone(&mcp), Vec::new()).unwrap());
+    let model = Arc::new(ScriptedModel::new(vec![
+        ModelResponse::tool_calls("", vec![ToolCall::new("1", "py__enable_bad", json!({}))]),
+        ModelResponse::tool_calls("", vec![ToolCall::new("2", "py__shout", json!({"text": "a"}))]),
+        ModelResponse::tool_calls("", vec![ToolCall::new("3", "py__add", json!({"a": 1, "b": 1}))]),
+        ModelResponse::text("done"),
+    ]));
+    let agent = Agent::builder_shared(model.clone()).tool_source(source.clone()).build().unwrap();
+    let outcome = agent.run("go", CancellationToken::new()).await;
+    mcp.shutdown().await;
+
+    assert_eq!(outcome.status, Status::Completed, "{:?}", outcome.error);
+    assert_eq!(result_of(&results(&outcome), "3"), &("3".into(), "2".into(), false));
+    let errors = mcp.refresh_errors();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(matches!(&errors[0], McpError::Tool { tool, .. } if tool == "bad.name"), "{errors:?}");
+    assert_eq!(source.last_error(), Some(errors[0].clone()));
+    // Every model turn saw the same, previous tool list.
+    let names = |i: usize| model.requests()[i].tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
+    assert_eq!(names(0), names(2));
+}

@@ -34,6 +34,7 @@ import mcp_types as types  # noqa: E402
 from mcp.server.lowlevel import NotificationOptions, Server  # noqa: E402
 from mcp.server.stdio import stdio_server  # noqa: E402
 extra_enabled = False
+bad_enabled = False
 
 
 def log(entry):
@@ -86,6 +87,11 @@ TOOLS = [
         description="Adds the tool `extra` and announces the change.",
         input_schema={"type": "object"},
     ),
+    types.Tool(
+        name="enable_bad",
+        description="Adds a tool whose name Reins refuses and announces the change.",
+        input_schema={"type": "object"},
+    ),
 ]
 EXTRA = types.Tool(name="extra", description="Exists once enabled.", input_schema={"type": "object"})
 
@@ -100,7 +106,7 @@ BAD_SCHEMA = types.Tool(
 
 async def list_tools(ctx, params):
     tools = TOOLS + ([EXTRA] if extra_enabled else [])
-    if MODE == "--bad-name":
+    if MODE == "--bad-name" or bad_enabled:
         tools = tools + [BAD_NAME]
     if MODE == "--bad-schema":
         tools = tools + [BAD_SCHEMA]
@@ -108,7 +114,7 @@ async def list_tools(ctx, params):
 
 
 async def call_tool(ctx, params):
-    global extra_enabled
+    global extra_enabled, bad_enabled
     args = params.arguments or {}
     log({"tool": params.name, "arguments": args, "pid": os.getpid()})
     if MODE == "--garbage":
@@ -131,6 +137,10 @@ async def call_tool(ctx, params):
         extra_enabled = True
         await ctx.session.send_tool_list_changed()
         return types.CallToolResult(content=text("extra enabled"))
+    if params.name == "enable_bad":
+        bad_enabled = True
+        await ctx.session.send_tool_list_changed()
+        return types.CallToolResult(content=text("bad enabled"))
     if params.name == "extra" and extra_enabled:
         return types.CallToolResult(content=text("extra here"))
     return types.CallToolResult(content=text(f"unknown tool {params.name}"), is_error=True)

@@ -7,7 +7,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
 use clap::Args;
-use reins::{Delta, DeltaSink, Event, EventKind, Model, ModelError, ModelRequest, ModelResponse, Outcome, UsageTotals};
+use reins::{
+    ContextConfig, Delta, DeltaSink, Event, EventKind, Model, ModelError, ModelRequest, ModelResponse, Outcome,
+    UsageTotals,
+};
 use reins_providers::{Api, Price, Provider, ProviderError};
 use tokio_util::sync::CancellationToken;
 
@@ -165,4 +168,22 @@ pub fn print_cost(outcome: &Outcome) {
         ),
         None => eprintln!("  cost unknown: no price is known for {model}"),
     }
+}
+
+/// The context budget of a run with a known real model and no `--max-context-*` flag: the model's window less
+/// its response cap, in o200k_base tokens, with a tenth kept back for the difference between that tokenizer and
+/// the vendor's and for the framing of the request. Any other run keeps `context` as it is.
+pub fn default_context(spec: &str, flags: &ProviderFlags, context: ContextConfig) -> Result<ContextConfig, CliError> {
+    if context.max_context.is_some() {
+        return Ok(context);
+    }
+    let Ok((_, model)) = Api::parse_spec(spec) else { return Ok(context) };
+    let Some(info) = reins_providers::model_info(&model) else { return Ok(context) };
+    let reserve = flags.max_response_tokens.map_or(info.max_output_tokens.min(32_000), u64::from);
+    let budget = info.context_window.saturating_sub(reserve) / 10 * 9;
+    if budget == 0 {
+        return Ok(context);
+    }
+    let counter = reins_providers::token_counter(&model).map_err(|e| CliError::Internal(anyhow::anyhow!(e)))?;
+    Ok(ContextConfig { max_context: Some(budget), counter, ..context })
 }

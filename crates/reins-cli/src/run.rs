@@ -124,6 +124,7 @@ fn build_agent(args: &RunArgs, mcp: Option<&Arc<reins_mcp::McpTools>>) -> Result
         max_tool_result_chars: Some(usize::try_from(args.max_tool_result_chars).unwrap_or(usize::MAX)),
         counter,
     };
+    let context = crate::providers_cli::default_context(&args.model, &args.provider, context)?;
     let mut builder = Agent::builder_shared(model).registry(registry).limits(limits).context(context);
     if let Some(source) = tool_source {
         builder = builder.tool_source(source);

@@ -178,3 +178,47 @@ fn a_server_error_is_a_model_error_exit() {
     assert_eq!(end["status"], "model_error");
     assert!(end["error"].as_str().unwrap().contains("gave up after 4 attempts"), "{end}");
 }
+
+#[test]
+fn a_known_model_gets_its_context_window_as_the_default_budget() {
+    // gpt-4o-mini: a 128,000-token window; with 127,000 kept for the response, 900 tokens remain for the context.
+    let prompt = "word ".repeat(2000);
+    let (url, got) = serve_once("application/json", fixture("openai_chat/text.json"));
+    let base = format!("{url}/v1");
+    let out = reins(
+        &[
+            "run",
+            "--model",
+            "openai-chat:gpt-4o-mini",
+            "--base-url",
+            &base,
+            "--max-response-tokens",
+            "127000",
+            "--json",
+            &prompt,
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(9), "context_limit: {}", String::from_utf8_lossy(&out.stderr));
+    let end = lines(&out.stdout).pop().unwrap();
+    assert!(end["error"].as_str().unwrap().contains("tokens"), "measured in tokens: {end}");
+    assert!(got.try_recv().is_err(), "nothing was sent");
+    // An explicit budget wins.
+    let out = reins(
+        &[
+            "run",
+            "--model",
+            "openai-chat:gpt-4o-mini",
+            "--base-url",
+            &base,
+            "--max-response-tokens",
+            "127000",
+            "--max-context-chars",
+            "100000",
+            &prompt,
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(got.recv().unwrap().1["max_tokens"], 127000);
+}

@@ -98,8 +98,25 @@ pub fn default_path() -> Result<PathBuf, StoreError> {
     Ok(PathBuf::from(home).join(".local").join("share").join("reins").join("sessions.db"))
 }
 
-/// A file cut short: its size is not a whole number of pages, or smaller than its header says.
+/// True while a write-ahead log sits beside the store: another connection may be writing or checkpointing,
+/// and during a checkpoint the header on disk can already count pages that are not yet written.
+fn wal_present(path: &Path) -> bool {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0)
+}
+
+/// A file cut short: its size is not a whole number of pages, or smaller than its header says. Only checked
+/// when no write-ahead log is present (before and after the header is read); otherwise SQLite's own recovery
+/// applies.
 fn check_size(path: &Path) -> Result<(), StoreError> {
+    if wal_present(path) {
+        return Ok(());
+    }
+    check_size_at_rest(path).or_else(|e| if wal_present(path) { Ok(()) } else { Err(e) })
+}
+
+fn check_size_at_rest(path: &Path) -> Result<(), StoreError> {
     use std::io::Read;
     let mut header = [0u8; 100];
     let (len, read) = match std::fs::File::open(path) {

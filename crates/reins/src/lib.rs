@@ -43,7 +43,7 @@ pub mod validate;
 pub use context::TiktokenCounter;
 pub use context::{CharCounter, ContextConfig, ContextError, TokenCounter, bound_text, bound_to_units};
 pub use engine::driver::{Agent, AgentBuilder};
-pub use engine::state::{Action, Admission, CallResult, Plan, PlannedCall, RunState};
+pub use engine::state::{Action, Admission, Batch, CallResult, Plan, PlannedCall, RunState};
 pub use events::{EVENT_VERSION, Event, EventKind, Observer, ObserverError};
 pub use journal::{Journal, JournalError, RunJournal};
 pub use limits::{ConfigError, Limits};

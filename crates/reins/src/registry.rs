@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::tool::{Tool, ToolSpec};
-use crate::validate::{ArgumentError, validate_arguments};
+use crate::validate::{ArgumentError, admits_numbers, validate_arguments};
 
 /// Why a registry could not be built.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -48,6 +48,8 @@ pub fn is_valid_tool_name(name: &str) -> bool {
 struct Entry {
     tool: Arc<dyn Tool>,
     validator: jsonschema::Validator,
+    /// False when no value the schema accepts can hold a number (then a valid call needs no number scan).
+    numbers: bool,
 }
 
 /// Why a call could not be admitted to run.
@@ -146,7 +148,8 @@ impl Registry {
             }
             let validator = compile_schema(&spec.name, &spec.input_schema)?;
             index.insert(spec.name.clone(), entries.len());
-            entries.push(Entry { tool, validator });
+            let numbers = admits_numbers(&spec.input_schema);
+            entries.push(Entry { tool, validator, numbers });
         }
         let specs: Arc<[ToolSpec]> = entries.iter().map(|e| e.tool.spec().clone()).collect();
         Ok(Registry { entries, index, specs })
@@ -189,7 +192,7 @@ impl Registry {
             return Err(CallError::UnknownTool { name: name.to_owned(), available });
         };
         let entry = &self.entries[i];
-        validate_arguments(&entry.validator, arguments)
+        validate_arguments(&entry.validator, entry.numbers, arguments)
             .map_err(|errors| CallError::InvalidArguments { name: name.to_owned(), errors })?;
         Ok(&entry.tool)
     }

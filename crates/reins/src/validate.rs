@@ -43,7 +43,16 @@ fn cut(mut s: String) -> String {
 
 /// Validates arguments with a compiled schema. Integers beyond ±2^53 are refused first, wherever they
 /// are: they are neither "integer" nor "number" here, since no JSON peer holds them exactly.
-pub(crate) fn validate_arguments(validator: &jsonschema::Validator, args: &Value) -> Result<(), Vec<ArgumentError>> {
+/// `numbers` is false when no value the schema accepts can hold a number ([`admits_numbers`]): then a valid
+/// call holds no number at all and the number scan is skipped.
+pub(crate) fn validate_arguments(
+    validator: &jsonschema::Validator,
+    numbers: bool,
+    args: &Value,
+) -> Result<(), Vec<ArgumentError>> {
+    if !numbers && validator.is_valid(args) {
+        return Ok(());
+    }
     let mut errors = Vec::new();
     if has_unsafe_number(args) {
         unsafe_numbers(args, &mut String::new(), &mut errors);
@@ -57,6 +66,65 @@ pub(crate) fn validate_arguments(validator: &jsonschema::Validator, args: &Value
         }
     }
     if errors.is_empty() { Ok(()) } else { Err(errors) }
+}
+
+/// Whether some value that `schema` accepts may hold a number anywhere inside it. Conservative: any keyword it
+/// does not follow (`$ref`, `anyOf`, `enum`, pattern properties, …) or a missing `type` answers true; only
+/// schemas built of `type`s without numbers, closed objects and typed arrays answer false (for example
+/// `{"type": "object", "properties": {"t": {"type": "string"}}, "additionalProperties": false}`).
+pub(crate) fn admits_numbers(schema: &Value) -> bool {
+    const FOLLOWED: &[&str] = &[
+        "type",
+        "properties",
+        "additionalProperties",
+        "items",
+        "required",
+        "title",
+        "description",
+        "$schema",
+        "$id",
+        "$comment",
+        "default",
+        "examples",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "format",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "minProperties",
+        "maxProperties",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+    ];
+    let map = match schema {
+        Value::Bool(b) => return *b,
+        Value::Object(map) => map,
+        _ => return true,
+    };
+    if map.keys().any(|k| !FOLLOWED.contains(&k.as_str())) {
+        return true;
+    }
+    let types: Vec<&str> = match map.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => return true,
+    };
+    types.iter().any(|t| match *t {
+        "string" | "boolean" | "null" => false,
+        "object" => {
+            let props = match map.get("properties") {
+                None => false,
+                Some(Value::Object(p)) => p.values().any(admits_numbers),
+                Some(_) => true,
+            };
+            props || map.get("additionalProperties").is_none_or(admits_numbers)
+        }
+        "array" => map.get("items").is_none_or(admits_numbers),
+        _ => true,
+    })
 }
 
 /// True for an integer beyond ±2^53 or a non-finite number.
@@ -257,5 +325,84 @@ fn kind(v: &Value) -> &'static str {
         Value::String(_) => "a string",
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn has_number(v: &Value) -> bool {
+        match v {
+            Value::Number(_) => true,
+            Value::Array(a) => a.iter().any(has_number),
+            Value::Object(m) => m.values().any(has_number),
+            _ => false,
+        }
+    }
+
+    fn schemas() -> Vec<(Value, bool)> {
+        vec![
+            (json!({"type": "object", "properties": {"t": {"type": "string"}}, "additionalProperties": false}), false),
+            (
+                json!({"type": "object", "properties": {"t": {"type": ["string", "null"]}, "f": {"type": "array", "items": {"type": "boolean"}}}, "additionalProperties": false}),
+                false,
+            ),
+            (json!({"type": "object", "properties": {"t": {"type": "string"}}}), true),
+            (json!({"type": "object", "properties": {"t": {"type": "integer"}}, "additionalProperties": false}), true),
+            (json!({"type": "object", "properties": {"t": {"enum": [1, "a"]}}, "additionalProperties": false}), true),
+            (
+                json!({"type": "object", "properties": {"t": {"$ref": "#/$defs/x"}}, "$defs": {"x": {"type": "number"}}}),
+                true,
+            ),
+            (json!({"type": "object", "additionalProperties": {"type": "array"}}), true),
+            (json!({"type": "object", "additionalProperties": {"type": "string"}}), false),
+            (json!(true), true),
+        ]
+    }
+
+    #[test]
+    fn admits_numbers_is_conservative_on_known_shapes() {
+        for (schema, expected) in schemas() {
+            assert_eq!(admits_numbers(&schema), expected, "{schema}");
+        }
+    }
+
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|i| json!(i)),
+            "[a-z]{0,3}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop_oneof![Just("t".to_owned()), Just("f".to_owned()), "[a-z]"],
+                    inner,
+                    0..3
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// Skipping the number scan is safe: whatever a "no numbers" schema accepts holds no number.
+        #[test]
+        fn a_schema_said_to_admit_no_numbers_accepts_no_number(v in arb_json()) {
+            for (schema, _) in schemas() {
+                if !admits_numbers(&schema) {
+                    let validator = jsonschema::validator_for(&schema).unwrap();
+                    if validator.is_valid(&v) {
+                        prop_assert!(!has_number(&v), "{schema} accepted {v}");
+                    }
+                }
+            }
+        }
     }
 }

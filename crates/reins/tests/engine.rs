@@ -474,11 +474,14 @@ async fn the_run_state_serializes_and_resumes_mid_run() {
     // Persist mid-batch, restore elsewhere.
     let json = serde_json::to_string(&state).unwrap();
     let mut restored: reins::RunState = serde_json::from_str(&json).unwrap();
-    let batch = match restored.next_action(&reg, &ctx) {
-        reins::Action::RunTools(b) => b.to_vec(),
+    let ids: Vec<String> = match restored.next_action(&reg, &ctx) {
+        reins::Action::RunTools(b) => {
+            assert!(b.iter().all(|p| *p.plan == reins::Plan::Run));
+            b.iter().map(|p| p.call.id.clone()).collect()
+        }
         a => panic!("{a:?}"),
     };
-    assert_eq!(batch.len(), 2);
+    assert_eq!(ids, ["1", "2"]);
     restored.record_batch(
         vec![Some(reins::CallResult { content: "a".into(), is_error: false }), None],
         "interrupted",

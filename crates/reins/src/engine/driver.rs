@@ -386,7 +386,7 @@ impl Agent {
                 }
                 Action::RunTools(batch) => {
                     // Borrowed from the state (not copied) until the results are recorded.
-                    let batch: &[PlannedCall] = batch;
+                    let batch: Vec<PlannedCall<'_>> = batch.iter().collect();
                     // The proposed calls are durable before any of them runs: after a crash mid-batch a
                     // resume sees them without results, and no side effect is silently repeated.
                     if let Some(j) = &journal {
@@ -398,7 +398,7 @@ impl Agent {
                     }
                     let mut slots: Vec<Slot> = vec![Slot::default(); batch.len()];
                     let outcome = {
-                        let work = self.run_batch(&registry, batch, &mut slots, &run_cancel, &mut emitter);
+                        let work = self.run_batch(&registry, &batch, &mut slots, &run_cancel, &mut emitter);
                         tokio::select! {
                             biased;
                             _ = &mut cancelled => Some(Interrupt::Cancelled),
@@ -495,12 +495,12 @@ impl Agent {
     async fn run_batch(
         &self,
         registry: &Registry,
-        batch: &[PlannedCall],
+        batch: &[PlannedCall<'_>],
         slots: &mut [Slot],
         run_cancel: &CancellationToken,
         emitter: &mut Emitter,
     ) {
-        let parallel = |p: &PlannedCall| {
+        let parallel = |p: &PlannedCall<'_>| {
             matches!(p.plan, Plan::Run) && registry.get(&p.call.name).is_some_and(|t| t.parallel_safe())
         };
         let mut i = 0;
@@ -556,7 +556,7 @@ impl Agent {
         }
     }
 
-    async fn run_call(&self, registry: &Registry, p: &PlannedCall, run_cancel: &CancellationToken) -> CallResult {
+    async fn run_call(&self, registry: &Registry, p: &PlannedCall<'_>, run_cancel: &CancellationToken) -> CallResult {
         let tool = match (&p.plan, registry.get(&p.call.name)) {
             (Plan::Reject { message }, _) => return CallResult { content: message.clone(), is_error: true },
             (Plan::Run, None) => {

@@ -31,13 +31,38 @@ pub enum Plan {
     },
 }
 
-/// One call of an admitted batch and what to do with it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PlannedCall {
+/// One call of an admitted batch and what to do with it, borrowed from the run state (the call itself
+/// lives in the transcript: admitting a batch copies nothing).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PlannedCall<'a> {
     /// The call as the model proposed it.
-    pub call: ToolCall,
+    pub call: &'a ToolCall,
     /// Run it, or answer with an error.
-    pub plan: Plan,
+    pub plan: &'a Plan,
+}
+
+/// The admitted batch: the calls of the newest assistant turn, each with its plan.
+#[derive(Clone, Copy, Debug)]
+pub struct Batch<'a> {
+    calls: &'a [ToolCall],
+    plans: &'a [Plan],
+}
+
+impl<'a> Batch<'a> {
+    /// How many calls it holds.
+    pub fn len(&self) -> usize {
+        self.plans.len()
+    }
+
+    /// True when it holds no call.
+    pub fn is_empty(&self) -> bool {
+        self.plans.is_empty()
+    }
+
+    /// The calls in order, each with its plan.
+    pub fn iter(&self) -> impl Iterator<Item = PlannedCall<'a>> + 'a {
+        self.calls.iter().zip(self.plans).map(|(call, plan)| PlannedCall { call, plan })
+    }
 }
 
 /// The result of a planned call, as the driver reports it.
@@ -53,7 +78,7 @@ pub struct CallResult {
 #[serde(tag = "phase", rename_all = "snake_case")]
 enum Phase {
     Ready,
-    AwaitingTools { batch: Vec<PlannedCall>, assistant_size: u64 },
+    AwaitingTools { plans: Vec<Plan>, assistant_size: u64 },
     Done { status: Status, answer: Option<String>, error: Option<String> },
 }
 
@@ -63,7 +88,7 @@ pub enum Action<'a> {
     /// Call the model with this request.
     CallModel(ModelRequest),
     /// Run this batch, then report with [`RunState::record_batch`].
-    RunTools(&'a [PlannedCall]),
+    RunTools(Batch<'a>),
     /// The run is over; [`RunState::outcome`] tells how.
     Finished,
 }
@@ -211,7 +236,11 @@ impl RunState {
             }
         }
         match &self.phase {
-            Phase::AwaitingTools { batch, .. } => Action::RunTools(batch),
+            Phase::AwaitingTools { plans, .. } => {
+                // The batch is the newest turn's calls: nothing of it is recorded yet but that turn.
+                let calls = self.transcript.last().map_or(&[][..], Message::tool_calls);
+                Action::RunTools(Batch { calls, plans })
+            }
             _ => Action::Finished,
         }
     }
@@ -286,7 +315,7 @@ impl RunState {
                 );
             }
         }
-        let mut batch = Vec::with_capacity(assistant.tool_calls().len());
+        let mut plans = Vec::with_capacity(assistant.tool_calls().len());
         let mut stop = None;
         for call in assistant.tool_calls() {
             let plan = match registry.check(&call.name, &call.arguments) {
@@ -300,7 +329,7 @@ impl RunState {
                     }
                 },
             };
-            batch.push(PlannedCall { call: call.clone(), plan });
+            plans.push(plan);
         }
         self.tool_calls += n;
         if let Err(e) = self.transcript.push_measured(assistant, assistant_size) {
@@ -315,7 +344,7 @@ impl RunState {
             }
             return self.end(Status::Aborted, None, Some(format!("stopped by policy: {reason}")));
         }
-        self.phase = Phase::AwaitingTools { batch, assistant_size };
+        self.phase = Phase::AwaitingTools { plans, assistant_size };
         Admission::Batch
     }
 
@@ -349,14 +378,16 @@ impl RunState {
         end: Option<(Status, String)>,
         ctx: &ContextConfig,
     ) {
-        let Phase::AwaitingTools { batch, assistant_size } = std::mem::replace(&mut self.phase, Phase::Ready) else {
+        let Phase::AwaitingTools { assistant_size, .. } = std::mem::replace(&mut self.phase, Phase::Ready) else {
             return;
         };
         let counter = ctx.counter.as_ref();
         let mut results = results.into_iter();
-        let mut texts: Vec<(String, String, bool)> = batch
-            .into_iter()
-            .map(|p| {
+        let mut texts: Vec<(String, String, bool)> = self
+            .transcript
+            .unanswered()
+            .iter()
+            .map(|id| {
                 let r = results
                     .next()
                     .flatten()
@@ -366,7 +397,7 @@ impl RunState {
                     Some(max) if r.content.len() > max => bound_text(&r.content, max),
                     _ => r.content,
                 };
-                (p.call.id, content, r.is_error)
+                (id.clone(), content, r.is_error)
             })
             .collect();
         if let Some(budget) = ctx.max_context {
@@ -398,7 +429,7 @@ impl RunState {
         match self.phase {
             Phase::AwaitingTools { .. } => {
                 let n = match &self.phase {
-                    Phase::AwaitingTools { batch, .. } => batch.len(),
+                    Phase::AwaitingTools { plans, .. } => plans.len(),
                     _ => 0,
                 };
                 let unfinished = format!("aborted: {reason}");

@@ -444,6 +444,17 @@ impl RunState {
 
     /// The outcome of the run (status `aborted` if it is not over yet).
     pub fn outcome(&self) -> Outcome {
+        self.outcome_with(self.transcript.to_vec())
+    }
+
+    /// The outcome of the run, consuming the state: the transcript's messages are moved, not copied.
+    pub fn into_outcome(self) -> Outcome {
+        let mut outcome = self.outcome_with(Vec::new());
+        outcome.messages = self.transcript.into_messages();
+        outcome
+    }
+
+    fn outcome_with(&self, messages: Vec<Message>) -> Outcome {
         let (status, answer, error) = match &self.phase {
             Phase::Done { status, answer, error } => (*status, answer.clone(), error.clone()),
             _ => (Status::Aborted, None, Some("the run has not ended".into())),
@@ -457,26 +468,7 @@ impl RunState {
             usage: self.usage,
             run_id: self.run_id.clone(),
             session_id: None,
-            messages: self.transcript.to_vec(),
-        }
-    }
-
-    /// The outcome of the run, consuming the state: the transcript's messages are moved, not copied.
-    pub fn into_outcome(self) -> Outcome {
-        let (status, answer, error) = match self.phase {
-            Phase::Done { status, answer, error } => (status, answer, error),
-            _ => (Status::Aborted, None, Some("the run has not ended".into())),
-        };
-        Outcome {
-            status,
-            answer,
-            error,
-            steps: self.steps,
-            tool_calls: self.tool_calls,
-            usage: self.usage,
-            run_id: self.run_id,
-            session_id: None,
-            messages: self.transcript.into_messages(),
+            messages,
         }
     }
 }

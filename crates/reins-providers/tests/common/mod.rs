@@ -233,8 +233,8 @@ const SETUP_HINT: &str = "run `source .ci/setup-providers.sh` from the repositor
      llama.cpp server)";
 
 /// Runs `.ci/setup-providers.sh` once per test process (installing into the CI cache and starting the
-/// llama.cpp server for as long as this process lives), so that `cargo test --workspace` works on a fresh
-/// machine too. Its output goes to stderr; a failure shows in the checks that follow.
+/// llama.cpp server, which stops by itself 15 minutes later), so that `cargo test --workspace` works on a
+/// fresh machine too. Its output goes to stderr; a failure shows in the checks that follow.
 pub fn run_setup() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -243,7 +243,9 @@ pub fn run_setup() {
             .arg("-c")
             .arg("source .ci/setup-providers.sh >&2")
             .current_dir(&root)
-            .env("REINS_LLAMA_PARENT_PID", std::process::id().to_string())
+            // The server outlives this test binary (the next one reuses it) and stops after 15 minutes.
+            .env("REINS_LLAMA_PARENT_PID", "0")
+            .env("REINS_LLAMA_MAX_SECONDS", "900")
             .stdout(std::process::Stdio::null())
             .status();
         eprintln!("setup-providers.sh run by the tests: {status:?}");

@@ -31,11 +31,14 @@ _reins_providers_setup() {
             "$model" >&2 || return 1
     fi
     local url_file="$cache/server.url"
-    if [ -f "$url_file" ] && "$venv/bin/python" - "$(cat "$url_file")" <<'PY' 2>/dev/null
+    # The server whose URL the file records answers /health.
+    _reins_llama_healthy() {
+        [ -s "$url_file" ] && "$venv/bin/python" - "$(cat "$url_file")" <<'PY' 2>/dev/null
 import sys, urllib.request
 urllib.request.urlopen(sys.argv[1] + "/health", timeout=5).read()
 PY
-    then
+    }
+    if _reins_llama_healthy; then
         export REINS_LLAMA_URL="$(cat "$url_file")"
         echo "setup-providers: reusing the llama server at $REINS_LLAMA_URL" >&2
         return 0
@@ -47,11 +50,7 @@ PY
         --parent-pid "${REINS_LLAMA_PARENT_PID:-$$}" --max-seconds "${REINS_LLAMA_MAX_SECONDS:-5400}" > "$cache/server.log" 2>&1 < /dev/null &
     local pid=$! i
     for i in $(seq 1 180); do
-        if [ -s "$url_file" ] && "$venv/bin/python" - "$(cat "$url_file")" <<'PY' 2>/dev/null
-import sys, urllib.request
-urllib.request.urlopen(sys.argv[1] + "/health", timeout=5).read()
-PY
-        then
+        if _reins_llama_healthy; then
             export REINS_LLAMA_URL="$(cat "$url_file")"
             echo "setup-providers: llama server (pid $pid) at $REINS_LLAMA_URL" >&2
             return 0
@@ -63,4 +62,4 @@ PY
     return 1
 }
 _reins_providers_setup || echo "setup-providers: setup failed; the reins-providers tests that need it will say what is missing" >&2
-unset -f _reins_providers_setup
+unset -f _reins_providers_setup _reins_llama_healthy

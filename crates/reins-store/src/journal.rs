@@ -492,21 +492,17 @@ fn writer(
         let _ = ready.send(Err(StoreError::sqlite(&path, e).to_string()));
         return;
     }
-    // A lock SQLite reports at once (another process creating or switching the file) is waited out here,
-    // with growing pauses, up to the busy timeout.
-    let since = std::time::Instant::now();
-    let mut pause = std::time::Duration::from_millis(2);
-    let begun = loop {
-        let r = begin(&mut conn, &meta, &target, &start, recorded, &first_items);
-        let busy = matches!(&r, Err(e) if matches!(e.sqlite_error_code(),
-            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)));
-        if busy && since.elapsed() < store.options().busy_timeout {
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(std::time::Duration::from_millis(100));
-            continue;
-        }
-        break r;
-    };
+    // A lock SQLite reports at once (another process creating or switching the file) is waited out.
+    let begun = crate::store::wait_out_busy(
+        store.options().busy_timeout,
+        |e: &rusqlite::Error| {
+            matches!(
+                e.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+            )
+        },
+        || begin(&mut conn, &meta, &target, &start, recorded, &first_items),
+    );
     let started = match begun {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {

@@ -98,6 +98,27 @@ pub fn default_path() -> Result<PathBuf, StoreError> {
     Ok(PathBuf::from(home).join(".local").join("share").join("reins").join("sessions.db"))
 }
 
+/// Runs `attempt` until it succeeds, fails otherwise than `busy`, or `timeout` has passed, pausing 2 ms and
+/// then twice as long each time (at most 100 ms): for the locks SQLite reports at once instead of waiting for
+/// them (another process creating the file or switching it to WAL).
+pub(crate) fn wait_out_busy<T, E>(
+    timeout: Duration,
+    busy: impl Fn(&E) -> bool,
+    mut attempt: impl FnMut() -> Result<T, E>,
+) -> Result<T, E> {
+    let started = std::time::Instant::now();
+    let mut pause = Duration::from_millis(2);
+    loop {
+        match attempt() {
+            Err(e) if busy(&e) && started.elapsed() < timeout => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// True while a write-ahead log sits beside the store: another connection may be writing or checkpointing,
 /// and during a checkpoint the header on disk can already count pages that are not yet written.
 fn wal_present(path: &Path) -> bool {
@@ -184,17 +205,11 @@ impl Store {
     /// waiting for it (while the file is created and switched to WAL): opening is retried, with growing
     /// pauses, until the busy timeout has passed.
     pub fn open_with(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store, StoreError> {
-        let started = std::time::Instant::now();
-        let mut pause = Duration::from_millis(2);
-        loop {
-            match Store::open_once(path.as_ref(), options.clone()) {
-                Err(StoreError::Busy { .. }) if started.elapsed() < options.busy_timeout => {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(100));
-                }
-                other => return other,
-            }
-        }
+        wait_out_busy(
+            options.busy_timeout,
+            |e| matches!(e, StoreError::Busy { .. }),
+            || Store::open_once(path.as_ref(), options.clone()),
+        )
     }
 
     fn open_once(path: &Path, options: StoreOptions) -> Result<Store, StoreError> {

@@ -27,6 +27,8 @@ struct Clock {
     record_ns: AtomicU64,
     flush_ns: AtomicU64,
     flushes: AtomicU64,
+    start_ns: AtomicU64,
+    finish_ns: AtomicU64,
 }
 
 struct Timed<J> {
@@ -42,7 +44,9 @@ struct TimedRun {
 #[async_trait]
 impl<J: Journal> Journal for Timed<J> {
     async fn start(&self, state: &RunState, tools: &[ToolSpec]) -> Result<Arc<dyn RunJournal>, JournalError> {
+        let t0 = Instant::now();
         let inner = self.inner.start(state, tools).await?;
+        self.clock.start_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         Ok(Arc::new(TimedRun { inner, clock: self.clock.clone() }))
     }
 }
@@ -81,7 +85,46 @@ impl RunJournal for TimedRun {
         r
     }
     async fn finish(&self, outcome: &Outcome) -> Result<(), JournalError> {
-        self.inner.finish(outcome).await
+        let t0 = Instant::now();
+        let r = self.inner.finish(outcome).await;
+        self.clock.finish_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        r
+    }
+}
+
+/// A journal that keeps nothing: what the engine's journal hooks cost by themselves.
+struct Noop;
+struct NoopRun;
+
+#[async_trait]
+impl Journal for Noop {
+    async fn start(&self, _: &RunState, _: &[ToolSpec]) -> Result<Arc<dyn RunJournal>, JournalError> {
+        Ok(Arc::new(NoopRun))
+    }
+}
+
+#[async_trait]
+impl RunJournal for NoopRun {
+    fn session_id(&self) -> &str {
+        "noop"
+    }
+    fn recorded(&self) -> usize {
+        0
+    }
+    fn message(&self, _: usize, m: &Message) {
+        std::hint::black_box(m);
+    }
+    fn response(&self, _: u64, r: Result<&ModelResponse, &ModelError>) {
+        std::hint::black_box(r.is_ok());
+    }
+    fn event(&self, e: &Event) {
+        std::hint::black_box(e);
+    }
+    async fn flush(&self) -> Result<(), JournalError> {
+        Ok(())
+    }
+    async fn finish(&self, _: &Outcome) -> Result<(), JournalError> {
+        Ok(())
     }
 }
 
@@ -125,10 +168,13 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 struct Figures {
     base: f64,
+    hooks: f64,
     with: f64,
     record: f64,
     flush: f64,
     flush_per_step: f64,
+    start: f64,
+    finish: f64,
 }
 
 fn measure(
@@ -139,13 +185,20 @@ fn measure(
     repeats: usize,
 ) -> Figures {
     let n = (steps + 1) as f64;
-    let (mut base, mut with, mut record, mut flush, mut per_step) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut base, mut hooks, mut with, mut record, mut flush, mut per_step) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut start, mut finish) = (Vec::new(), Vec::new());
     for _ in 0..repeats {
         let agent = builder(steps, latency).build().unwrap_or_else(|e| panic!("{e}"));
         let t0 = Instant::now();
         let o = rt.block_on(agent.run("go", CancellationToken::new()));
         base.push(t0.elapsed().as_secs_f64() * 1e6 / n);
+        assert_eq!(o.status, reins::Status::Completed);
+
+        let agent = builder(steps, latency).journal(Noop).build().unwrap_or_else(|e| panic!("{e}"));
+        let t0 = Instant::now();
+        let o = rt.block_on(agent.run("go", CancellationToken::new()));
+        hooks.push(t0.elapsed().as_secs_f64() * 1e6 / n);
         assert_eq!(o.status, reins::Status::Completed);
 
         let clock = Arc::new(Clock::default());
@@ -155,6 +208,8 @@ fn measure(
         let o = rt.block_on(agent.run("go", CancellationToken::new()));
         with.push(t0.elapsed().as_secs_f64() * 1e6 / n);
         assert_eq!(o.status, reins::Status::Completed, "{:?}", o.error);
+        start.push(clock.start_ns.load(Ordering::Relaxed) as f64 / 1e3);
+        finish.push(clock.finish_ns.load(Ordering::Relaxed) as f64 / 1e3);
         record.push(clock.record_ns.load(Ordering::Relaxed) as f64 / 1e3 / n);
         per_step.push(clock.flush_ns.load(Ordering::Relaxed) as f64 / 1e3 / n);
         flush.push(
@@ -163,11 +218,41 @@ fn measure(
     }
     Figures {
         base: median(base),
+        hooks: median(hooks),
         with: median(with),
         record: median(record),
         flush: median(flush),
         flush_per_step: median(per_step),
+        start: median(start),
+        finish: median(finish),
     }
+}
+
+/// Many short runs (each a new session) back to back: what the log adds per step when each run's start
+/// and end weigh too. Returns (without, with) in microseconds per step.
+fn measure_short(rt: &tokio::runtime::Runtime, store: &Store, runs: usize, steps: usize) -> (f64, f64) {
+    let n = (runs * (steps + 1)) as f64;
+    let (mut base, mut with) = (Vec::new(), Vec::new());
+    for _ in 0..REPEATS {
+        let t0 = Instant::now();
+        for _ in 0..runs {
+            let agent = builder(steps, None).build().unwrap_or_else(|e| panic!("{e}"));
+            let o = rt.block_on(agent.run("go", CancellationToken::new()));
+            assert_eq!(o.status, reins::Status::Completed);
+        }
+        base.push(t0.elapsed().as_secs_f64() * 1e6 / n);
+        let t0 = Instant::now();
+        for _ in 0..runs {
+            let agent = builder(steps, None)
+                .journal(store.journal(SessionMeta::default()))
+                .build()
+                .unwrap_or_else(|e| panic!("{e}"));
+            let o = rt.block_on(agent.run("go", CancellationToken::new()));
+            assert_eq!(o.status, reins::Status::Completed, "{:?}", o.error);
+        }
+        with.push(t0.elapsed().as_secs_f64() * 1e6 / n);
+    }
+    (median(base), median(with))
 }
 
 fn main() {
@@ -179,17 +264,28 @@ fn main() {
     emit("store.b2b.step_without_log", f.base, "us/step");
     emit("store.b2b.step_with_log", f.with, "us/step");
     emit("store.b2b.added_per_step", f.with - f.base, "us/step");
+    emit("store.b2b.engine_hooks_per_step", f.hooks - f.base, "us/step");
     emit("store.b2b.record_on_engine_thread", f.record, "us/step");
     emit("store.b2b.flush_wait", f.flush, "us/flush");
     emit("store.b2b.engine_cost_per_step", f.record + f.flush_per_step, "us/step");
+    emit("store.run_start", f.start, "us/run");
+    emit("store.run_finish", f.finish, "us/run");
     // A model that takes 2 ms (still far quicker than a real one): the writer works while it runs.
     let f = measure(&rt, &store, 300, Some(Duration::from_millis(2)), 3);
     emit("store.paced.added_per_step", f.with - f.base, "us/step");
     emit("store.paced.record_on_engine_thread", f.record, "us/step");
     emit("store.paced.flush_wait", f.flush, "us/flush");
     emit("store.paced.engine_cost_per_step", f.record + f.flush_per_step, "us/step");
-    let size = std::fs::metadata(dir.join("sessions.db")).map_or(0, |m| m.len())
-        + std::fs::metadata(dir.join("sessions.db-wal")).map_or(0, |m| m.len());
-    emit("store.bytes_per_step", size as f64 / ((STEPS + 1) * REPEATS + 301 * 3) as f64, "bytes/step");
+    let recorded_steps = (STEPS + 1) * REPEATS + 301 * 3;
+    let (base, with) = measure_short(&rt, &store, 200, 10);
+    emit("store.short_runs.added_per_step", with - base, "us/step");
+    emit("store.short_runs.added_per_run", (with - base) * 11.0, "us/run");
+    drop(store);
+    // The file once the write-ahead log is checkpointed into it.
+    let conn = rusqlite::Connection::open(dir.join("sessions.db")).unwrap_or_else(|e| panic!("{e}"));
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())).unwrap_or_else(|e| panic!("{e}"));
+    drop(conn);
+    let size = std::fs::metadata(dir.join("sessions.db")).map_or(0, |m| m.len());
+    emit("store.bytes_per_step", size as f64 / (recorded_steps + 200 * 11 * REPEATS) as f64, "bytes/step");
     let _ = std::fs::remove_dir_all(&dir);
 }

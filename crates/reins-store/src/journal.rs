@@ -8,12 +8,12 @@ use async_trait::async_trait;
 use reins::{
     Event, Journal, JournalError, Message, ModelError, ModelResponse, Outcome, RunJournal, RunState, ToolSpec,
 };
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
-use tokio::sync::oneshot;
 
+use crate::chunk::{self, Chunk, Delta, Placement};
 use crate::error::StoreError;
-use crate::session::{ResponseData, RunStartData, kind};
+use crate::session::{RunStartData, kind};
 use crate::store::{Store, now};
 
 /// Prices per million tokens, to keep a session's cost.
@@ -92,47 +92,36 @@ impl Store {
     }
 }
 
-/// How much one entry moves the session's counters.
-#[derive(Clone, Copy, Debug, Default)]
-struct Delta {
-    steps: i64,
-    tool_calls: i64,
-    input: i64,
-    output: i64,
-    no_usage: i64,
-    cost: f64,
-}
-
-struct Row {
-    kind: &'static str,
-    msg_index: Option<i64>,
-    ts: String,
-    data: String,
-    delta: Delta,
-    status: Option<String>,
-}
-
 /// What a run's log shares with its background writer.
 struct Shared {
     path: std::path::PathBuf,
     session_id: String,
+    /// The session's row in the index (and the high bits of its log rows' ids).
+    key: i64,
     run: i64,
-    /// The write connection; whoever holds it writes every pending row, in order.
-    conn: Mutex<Connection>,
+    /// The write connection; whoever holds it writes every pending entry, in order. Gone once the run's
+    /// log is closed (back in the store's pool).
+    conn: Mutex<Option<Connection>>,
     pending: Mutex<Pending>,
-    /// Wakes the background writer (many rows pending, a checkpoint due, the run gone).
+    /// Wakes the background writer (many entries pending, a checkpoint due, the run gone).
     wake: Condvar,
-    /// How many rows may wait before the background writer takes them.
+    /// How many entries may wait before the background writer takes them.
     queue: usize,
+    /// Flushes since the store's write-ahead log was last checkpointed (shared by the store's runs).
+    flushes: Arc<std::sync::atomic::AtomicU32>,
 }
 
 #[derive(Default)]
 struct Pending {
-    rows: Vec<Row>,
+    chunk: Chunk,
+    /// The seq the next chunk's first entry takes.
     next_seq: i64,
+    /// Transcript items the session holds once everything recorded is written.
+    messages: i64,
+    /// What this run's written chunks add up to (folded into the session's counters when the run ends).
+    written: Delta,
     error: Option<String>,
     closed: bool,
-    flushes: u32,
     checkpoint_due: bool,
 }
 
@@ -141,38 +130,71 @@ impl Shared {
         self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Writes every pending row in one transaction. The first failure sticks: later writes report it.
+    /// Writes every pending entry as one chunk, in one transaction. The first failure sticks: later writes
+    /// report it.
     fn write_pending(&self) -> Result<(), String> {
         let mut conn = self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (rows, seq) = {
+        let Some(conn) = conn.as_mut() else {
+            return Err(format!("the log of session {} is closed", self.session_id));
+        };
+        let (chunk, at, written) = {
             let mut p = self.lock_pending();
             if let Some(e) = &p.error {
                 return Err(e.clone());
             }
-            (std::mem::take(&mut p.rows), p.next_seq)
+            if p.chunk.is_empty() {
+                return Ok(());
+            }
+            let at = Placement { key: self.key, run: self.run, seq: p.next_seq, messages: p.messages };
+            (p.chunk.take(), at, p.written)
         };
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let result = write(&mut conn, &self.session_id, self.run, seq, &rows);
+        let result = write(conn, &at, &chunk, written);
         let mut p = self.lock_pending();
-        match result {
-            Ok(next) => {
-                p.next_seq = next;
-                Ok(())
+        let failure = match result {
+            Ok(Ok(true)) => {
+                p.next_seq = at.seq + chunk.entries;
+                p.written.add(chunk.delta);
+                p.chunk.reuse(chunk);
+                return Ok(());
             }
-            Err(e) => {
-                let msg = StoreError::sqlite(&self.path, e).to_string();
-                p.error = Some(msg.clone());
-                Err(msg)
-            }
-        }
+            Ok(Ok(false)) => format!(
+                "session {} of {} was continued by another run meanwhile; this run records nothing more",
+                self.session_id,
+                self.path.display()
+            ),
+            Ok(Err(e)) => e,
+            Err(e) => StoreError::sqlite(&self.path, e).to_string(),
+        };
+        p.error = Some(failure.clone());
+        Err(failure)
     }
 }
 
-/// The log of one run; see [`reins::RunJournal`]. Recording appends to an in-memory queue; a flush
-/// commits the queue in one transaction; a background thread writes when the queue grows long or the
-/// run is quiet (a long tool call), and checkpoints the write-ahead log off the run's path.
+/// Writes `chunk` and, when it ends the run, folds the run's totals into the session's counters, in one
+/// transaction. `Ok(Ok(false))`: a later run owns the session.
+fn write(
+    conn: &mut Connection,
+    at: &Placement,
+    chunk: &Chunk,
+    written: Delta,
+) -> rusqlite::Result<Result<bool, String>> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    match chunk::append(&tx, at, chunk)? {
+        Ok(true) => {}
+        other => return Ok(other),
+    }
+    if let Some(status) = &chunk.status {
+        let mut total = written;
+        total.add(chunk.delta);
+        chunk::fold(&tx, at.key, total, Some(status), at.messages, at.seq + chunk.entries)?;
+    }
+    tx.commit()?;
+    Ok(Ok(true))
+}
+
+/// The log of one run; see [`reins::RunJournal`]. Recording appends to an in-memory chunk; a flush
+/// commits it as one row; a background thread writes when the chunk grows long or the run is quiet (a
+/// long tool call), and checkpoints the write-ahead log off the run's path.
 pub struct RunLog {
     session_id: String,
     recorded: usize,
@@ -216,11 +238,26 @@ fn usage_delta(r: &ModelResponse, prices: Option<Prices>) -> Delta {
 }
 
 impl RunLog {
-    fn push(&self, row: Row) {
+    /// Records one entry (see [`Chunk::push`]) moving the counters by `delta`.
+    fn record<E: std::fmt::Display>(
+        &self,
+        kind: &str,
+        msg_index: Option<usize>,
+        delta: Delta,
+        what: impl FnOnce() -> String,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) {
         let len = {
             let mut p = self.shared.lock_pending();
-            p.rows.push(row);
-            p.rows.len()
+            if let Err(e) = p.chunk.push(kind, msg_index, write) {
+                drop(p);
+                return self.fail(format!("cannot serialize {}: {e}", what()));
+            }
+            p.chunk.delta.add(delta);
+            if let Some(i) = msg_index {
+                p.messages = p.messages.max(i64::try_from(i).unwrap_or(i64::MAX).saturating_add(1));
+            }
+            usize::try_from(p.chunk.entries).unwrap_or(usize::MAX)
         };
         if len >= self.queue {
             // The queue is full: the background writer takes it now; far beyond, the run waits
@@ -249,17 +286,10 @@ impl RunLog {
             return Err(JournalError(e));
         }
         let result = blocking(|| self.shared.write_pending());
-        let due = {
-            let mut p = self.shared.lock_pending();
-            p.flushes += 1;
-            if p.flushes % CHECKPOINT_EVERY == 0 {
-                p.checkpoint_due = true;
-                true
-            } else {
-                false
-            }
-        };
-        if due {
+        // Every so many flushes (over all runs of the store), this run's writer checkpoints.
+        if self.shared.flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 >= CHECKPOINT_EVERY {
+            self.shared.flushes.store(0, std::sync::atomic::Ordering::Relaxed);
+            self.shared.lock_pending().checkpoint_due = true;
             self.shared.wake.notify_all();
         }
         result.map_err(|e| {
@@ -280,34 +310,46 @@ impl RunJournal for RunLog {
     }
 
     fn message(&self, index: usize, message: &Message) {
-        let data = match serde_json::to_string(message) {
-            Ok(d) => d,
-            Err(e) => return self.fail(format!("cannot serialize transcript item {index}: {e}")),
-        };
         let delta = Delta { tool_calls: message.tool_calls().len() as i64, ..Delta::default() };
-        self.push(Row { kind: kind::MESSAGE, msg_index: Some(index as i64), ts: now(), data, delta, status: None });
+        self.record(
+            kind::MESSAGE,
+            Some(index),
+            delta,
+            || format!("transcript item {index}"),
+            |out| serde_json::to_writer(out, message),
+        );
     }
 
     fn response(&self, step: u64, response: Result<&ModelResponse, &ModelError>) {
-        let (data, delta) = match response {
-            Ok(r) => (ResponseData { step, response: Some(r.clone()), error: None }, usage_delta(r, self.prices)),
-            Err(e) => (ResponseData { step, response: None, error: Some(e.to_string()) }, Delta::default()),
-        };
-        match serde_json::to_string(&data) {
-            Ok(data) => self.push(Row { kind: kind::RESPONSE, msg_index: None, ts: now(), data, delta, status: None }),
-            Err(e) => self.fail(format!("cannot serialize the response of step {step}: {e}")),
+        #[derive(Serialize)]
+        struct Data<'a> {
+            step: u64,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            response: Option<&'a ModelResponse>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            error: Option<String>,
         }
+        let (data, delta) = match response {
+            Ok(r) => (Data { step, response: Some(r), error: None }, usage_delta(r, self.prices)),
+            Err(e) => (Data { step, response: None, error: Some(e.to_string()) }, Delta::default()),
+        };
+        self.record(
+            kind::RESPONSE,
+            None,
+            delta,
+            || format!("the response of step {step}"),
+            |out| serde_json::to_writer(out, &data),
+        );
     }
 
     fn event(&self, event: &Event) {
-        self.push(Row {
-            kind: kind::EVENT,
-            msg_index: None,
-            ts: now(),
-            data: event.to_json(),
-            delta: Delta::default(),
-            status: None,
-        });
+        self.record(
+            kind::EVENT,
+            None,
+            Delta::default(),
+            || format!("event {}", event.seq),
+            |out| event.write_json(out),
+        );
     }
 
     async fn flush(&self) -> Result<(), JournalError> {
@@ -315,47 +357,47 @@ impl RunJournal for RunLog {
     }
 
     async fn finish(&self, outcome: &Outcome) -> Result<(), JournalError> {
-        let mut v = match serde_json::to_value(outcome) {
-            Ok(v) => v,
-            Err(e) => return Err(JournalError(format!("cannot serialize the outcome: {e}"))),
-        };
-        if let Some(obj) = v.as_object_mut() {
-            obj.remove("messages");
+        // The outcome without its transcript (recorded item by item already), serialized in place.
+        #[derive(Serialize)]
+        struct End<'a> {
+            status: &'a reins::Status,
+            answer: &'a Option<String>,
+            error: &'a Option<String>,
+            steps: u64,
+            tool_calls: u64,
+            usage: &'a reins::UsageTotals,
+            run_id: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            session_id: &'a Option<String>,
         }
-        self.push(Row {
-            kind: kind::RUN_END,
-            msg_index: None,
-            ts: now(),
-            data: v.to_string(),
-            delta: Delta::default(),
-            status: Some(outcome.status.as_str().to_owned()),
-        });
+        let o = outcome;
+        let end = End {
+            status: &o.status,
+            answer: &o.answer,
+            error: &o.error,
+            steps: o.steps,
+            tool_calls: o.tool_calls,
+            usage: &o.usage,
+            run_id: &o.run_id,
+            session_id: &o.session_id,
+        };
+        {
+            let mut p = self.shared.lock_pending();
+            if let Err(e) = p.chunk.push(kind::RUN_END, None, |out| serde_json::to_writer(out, &end)) {
+                return Err(JournalError(format!("cannot record the end of the run: {e}")));
+            }
+            p.chunk.status = Some(outcome.status.as_str().to_owned());
+        }
         self.wait().await
     }
-}
-
-struct Started {
-    session_id: String,
-    run: i64,
-    next_seq: i64,
 }
 
 #[async_trait]
 impl Journal for SessionJournal {
     async fn start(&self, state: &RunState, tools: &[ToolSpec]) -> Result<Arc<dyn RunJournal>, JournalError> {
         let initial = state.transcript().len();
-        // A new session is registered together with its first transcript items (the prompt), in one
-        // transaction: no session ever exists without its prompt, whenever the process dies.
-        let mut first_items = Vec::new();
-        let recorded = match &self.target {
-            Target::New => {
-                for (index, m) in state.transcript().conversation().iter().enumerate() {
-                    let data = serde_json::to_string(m)
-                        .map_err(|e| JournalError(format!("cannot serialize transcript item {index}: {e}")))?;
-                    first_items.push((data, m.tool_calls().len() as i64));
-                }
-                first_items.len()
-            }
+        let (recorded, new) = match &self.target {
+            Target::New => (initial, true),
             Target::Existing { id, messages } => {
                 let t = state.transcript().conversation();
                 if t.len() < messages.len() || messages.iter().enumerate().any(|(i, m)| t.get(i) != Some(m)) {
@@ -363,7 +405,7 @@ impl Journal for SessionJournal {
                         "the run does not continue the recorded transcript of session {id}"
                     )));
                 }
-                messages.len()
+                (messages.len(), false)
             }
         };
         let start = RunStartData {
@@ -372,24 +414,33 @@ impl Journal for SessionJournal {
             tools: tools.to_vec(),
             initial_messages: initial as u64,
             // Items earlier runs recorded: none for a new session (its first items come with this run).
-            recorded_messages: if first_items.is_empty() { recorded as u64 } else { 0 },
+            recorded_messages: if new { 0 } else { recorded as u64 },
             config: self.meta.config.clone(),
         };
-        let start =
-            serde_json::to_string(&start).map_err(|e| JournalError(format!("cannot serialize the run: {e}")))?;
-        let (ready_tx, ready_rx) = oneshot::channel::<Result<Arc<Shared>, String>>();
+        // The run's first chunk: its start and, for a new session, its first transcript items (the prompt),
+        // registered together in one transaction: no session ever exists without its prompt.
+        let mut first = Chunk::default();
+        first
+            .push(kind::RUN_START, None, |out| serde_json::to_writer(out, &start))
+            .map_err(|e| JournalError(format!("cannot serialize the run: {e}")))?;
+        if new {
+            for (index, m) in state.transcript().conversation().iter().enumerate() {
+                first
+                    .push(kind::MESSAGE, Some(index), |out| serde_json::to_writer(out, m))
+                    .map_err(|e| JournalError(format!("cannot serialize transcript item {index}: {e}")))?;
+                first.delta.tool_calls += m.tool_calls().len() as i64;
+            }
+        }
+        // Registering runs on this thread (a fresh thread would be slow at it: cold caches, a new
+        // allocator arena); the background writer starts once the run is registered.
+        let shared =
+            blocking(|| register(&self.store, &self.meta, &self.target, recorded, &first)).map_err(JournalError)?;
         let store = self.store.clone();
-        let meta = self.meta.clone();
-        let target = self.target.clone();
+        let background = shared.clone();
         std::thread::Builder::new()
             .name("reins-store-writer".into())
-            .spawn(move || writer(store, meta, target, start, recorded, first_items, ready_tx))
+            .spawn(move || writer(store, background))
             .map_err(|e| JournalError(format!("cannot start the writer thread: {e}")))?;
-        let shared = match ready_rx.await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(JournalError(e)),
-            Err(_) => return Err(JournalError("the writer thread stopped while starting".into())),
-        };
         Ok(Arc::new(RunLog {
             session_id: shared.session_id.clone(),
             recorded,
@@ -401,97 +452,87 @@ impl Journal for SessionJournal {
     }
 }
 
-/// Opens the connection and registers the run, in one transaction.
+/// Where a run writes, once registered.
+struct Started {
+    session_id: String,
+    key: i64,
+    run: i64,
+    next_seq: i64,
+    messages: i64,
+    written: Delta,
+}
+
+/// Registers the run and writes its first chunk, in one transaction. A session whose last run never
+/// ended (its process died) has that run's totals folded into its counters first.
 fn begin(
     conn: &mut Connection,
     meta: &SessionMeta,
     target: &Target,
-    start: &str,
     recorded: usize,
-    first_items: &[(String, i64)],
+    first: &Chunk,
 ) -> rusqlite::Result<Result<Started, String>> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let ts = now();
-    let started = match target {
+    let recorded = i64::try_from(recorded).unwrap_or(i64::MAX);
+    let (session_id, key, run, seq) = match target {
         Target::New => {
             let id = uuid::Uuid::new_v4().to_string();
             tx.execute(
-                "INSERT INTO sessions (id, created_at, updated_at, model, workspace, status, runs, cost_usd, next_seq)
+                "INSERT INTO sessions (id, created_at, updated_at, model, workspace, status, runs, cost_usd, messages)
                  VALUES (?1, ?2, ?2, ?3, ?4, 'running', 1, ?5, 0)",
                 params![id, ts, meta.model, meta.workspace, meta.prices.map(|_| 0.0f64)],
             )?;
-            Started { session_id: id, run: 1, next_seq: 0 }
+            let key = tx.last_insert_rowid();
+            if key >= 1i64 << 31 {
+                return Ok(Err("the store holds too many sessions (2^31)".into()));
+            }
+            (id, key, 1, 0)
         }
         Target::Existing { id, .. } => {
-            let row: Option<(i64, i64, i64)> = tx
-                .query_row("SELECT messages, runs, next_seq FROM sessions WHERE id = ?1", [id], |r| {
+            let row: Option<(i64, i64, String)> = tx
+                .query_row("SELECT key, runs, status FROM sessions WHERE id = ?1", [id], |r| {
                     Ok((r.get(0)?, r.get(1)?, r.get(2)?))
                 })
-                .ok();
-            let Some((messages, runs, next_seq)) = row else {
+                .optional()?;
+            let Some((key, runs, status)) = row else {
                 return Ok(Err(format!("no session {id:?} in the store")));
             };
-            if messages != recorded as i64 {
+            let (next_seq, messages, _) = chunk::tail(&tx, key)?.unwrap_or((0, 0, String::new()));
+            if messages != recorded {
                 return Ok(Err(format!(
                     "session {id} changed since it was loaded ({messages} transcript items recorded, {recorded} expected); is another run continuing it?"
                 )));
             }
+            if status == "running" {
+                let open = chunk::run_totals(&tx, key, runs)?;
+                chunk::fold(&tx, key, open, None, messages, next_seq)?;
+            }
             tx.execute(
-                "UPDATE sessions SET runs = ?2, status = 'running', updated_at = ?3 WHERE id = ?1",
-                params![id, runs + 1, ts],
+                "UPDATE sessions SET runs = ?2, status = 'running', updated_at = ?3 WHERE key = ?1",
+                params![key, runs + 1, ts],
             )?;
-            Started { session_id: id.clone(), run: runs + 1, next_seq }
+            (id.clone(), key, runs + 1, next_seq)
         }
     };
-    tx.execute(
-        "INSERT INTO entries (session_id, seq, run, kind, msg_index, ts, data) VALUES (?1, ?2, ?3, ?4, NULL, ?5, ?6)",
-        params![started.session_id, started.next_seq, started.run, kind::RUN_START, ts, start],
-    )?;
-    let mut next_seq = started.next_seq + 1;
-    for (index, (data, calls)) in first_items.iter().enumerate() {
-        tx.execute(
-            "INSERT INTO entries (session_id, seq, run, kind, msg_index, ts, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![started.session_id, next_seq, started.run, kind::MESSAGE, index as i64, ts, data],
-        )?;
-        tx.execute(
-            "UPDATE sessions SET tool_calls = tool_calls + ?2 WHERE id = ?1",
-            params![started.session_id, calls],
-        )?;
-        next_seq += 1;
+    let messages = recorded;
+    let at = Placement { key, run, seq, messages };
+    if let Err(e) = chunk::append(&tx, &at, first)? {
+        return Ok(Err(e));
     }
-    if !first_items.is_empty() {
-        tx.execute(
-            "UPDATE sessions SET messages = ?2 WHERE id = ?1",
-            params![started.session_id, first_items.len() as i64],
-        )?;
-    }
-    tx.execute("UPDATE sessions SET next_seq = ?2 WHERE id = ?1", params![started.session_id, next_seq])?;
     tx.commit()?;
-    Ok(Ok(Started { next_seq, ..started }))
+    Ok(Ok(Started { session_id, key, run, next_seq: seq + first.entries, messages, written: first.delta }))
 }
 
-fn writer(
-    store: Store,
-    meta: SessionMeta,
-    target: Target,
-    start: String,
+/// Takes a write connection and registers the run: what the run's log shares with its background writer.
+fn register(
+    store: &Store,
+    meta: &SessionMeta,
+    target: &Target,
     recorded: usize,
-    first_items: Vec<(String, i64)>,
-    ready: oneshot::Sender<Result<Arc<Shared>, String>>,
-) {
+    first: &Chunk,
+) -> Result<Arc<Shared>, String> {
     let path = store.path().to_path_buf();
-    let mut conn = match store.connect(false) {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = ready.send(Err(e.to_string()));
-            return;
-        }
-    };
-    // This connection never checkpoints inside a commit: this thread does, off the run's path.
-    if let Err(e) = conn.query_row("PRAGMA wal_autocheckpoint = 0", [], |_| Ok(())) {
-        let _ = ready.send(Err(StoreError::sqlite(&path, e).to_string()));
-        return;
-    }
+    let mut conn = store.writer_connection().map_err(|e| e.to_string())?;
     // A lock SQLite reports at once (another process creating or switching the file) is waited out.
     let begun = crate::store::wait_out_busy(
         store.options().busy_timeout,
@@ -501,56 +542,68 @@ fn writer(
                 Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
             )
         },
-        || begin(&mut conn, &meta, &target, &start, recorded, &first_items),
+        || begin(&mut conn, meta, target, recorded, first),
     );
     let started = match begun {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
-            let _ = ready.send(Err(e));
-            return;
+            store.give_back(conn);
+            return Err(e);
         }
-        Err(e) => {
-            let _ = ready.send(Err(StoreError::sqlite(&path, e).to_string()));
-            return;
-        }
+        Err(e) => return Err(StoreError::sqlite(&path, e).to_string()),
     };
-    let shared = Arc::new(Shared {
+    Ok(Arc::new(Shared {
         path,
         session_id: started.session_id,
+        key: started.key,
         run: started.run,
-        conn: Mutex::new(conn),
-        pending: Mutex::new(Pending { next_seq: started.next_seq, ..Pending::default() }),
+        conn: Mutex::new(Some(conn)),
+        pending: Mutex::new(Pending {
+            next_seq: started.next_seq,
+            messages: started.messages,
+            written: started.written,
+            ..Pending::default()
+        }),
         wake: Condvar::new(),
         queue: store.options().queue.max(1),
-    });
-    if ready.send(Ok(shared.clone())).is_err() {
-        return;
-    }
-    // Checkpoints go through a connection of their own: a passive checkpoint runs alongside the run's
-    // commits instead of holding the write connection (its fsync can take milliseconds).
-    let checkpointer = store.connect(false).ok();
-    let checkpoint = || {
-        if let Some(c) = &checkpointer {
-            let _ = c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
-        }
-    };
+        flushes: store.flushes().clone(),
+    }))
+}
+
+/// The background writer of one run: writes when the run is quiet or its queue long, checkpoints.
+fn writer(store: Store, shared: Arc<Shared>) {
     loop {
         let (closed, write_now, due) = {
             let p = shared.lock_pending();
             let (mut p, timeout) = shared
                 .wake
-                .wait_timeout_while(p, IDLE_WRITE, |p| !p.closed && !p.checkpoint_due && p.rows.len() < shared.queue)
+                .wait_timeout_while(p, IDLE_WRITE, |p| {
+                    !p.closed && !p.checkpoint_due && (p.chunk.entries as usize) < shared.queue
+                })
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             let due = std::mem::take(&mut p.checkpoint_due);
-            // Quiet for a while with rows waiting (a long tool call): write them.
-            let write = p.closed || (!p.rows.is_empty() && (timeout.timed_out() || p.rows.len() >= shared.queue));
+            let pending = p.chunk.entries as usize;
+            // Quiet for a while with entries waiting (a long tool call): write them.
+            let write = p.closed || (pending > 0 && (timeout.timed_out() || pending >= shared.queue));
             (p.closed, write, due)
         };
         if write_now {
             let _ = shared.write_pending();
         }
-        if due || closed {
-            checkpoint();
+        if closed {
+            // The run is over: its connection goes back to the store for the next runs.
+            let conn = shared.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+            if let Some(c) = conn {
+                store.give_back(c);
+            }
+        }
+        if due {
+            // Through a connection of its own: a passive checkpoint runs alongside the run's commits
+            // instead of holding the write connection (its fsync can take milliseconds).
+            if let Ok(c) = store.writer_connection() {
+                let _ = c.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+                store.give_back(c);
+            }
         }
         if closed {
             return;
@@ -558,56 +611,8 @@ fn writer(
     }
 }
 
-/// How long rows may wait for a flush while the run is quiet.
+/// How long entries may wait for a flush while the run is quiet.
 const IDLE_WRITE: std::time::Duration = std::time::Duration::from_millis(200);
-/// Flushes between two checkpoints of the write-ahead log.
+/// Flushes (over all runs of a store) between two checkpoints of the write-ahead log; the store's last
+/// connection checkpoints when it closes.
 const CHECKPOINT_EVERY: u32 = 1000;
-
-fn write(conn: &mut Connection, session: &str, run: i64, mut seq: i64, rows: &[Row]) -> rusqlite::Result<i64> {
-    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    let mut d = Delta::default();
-    let mut messages: Option<i64> = None;
-    let mut status: Option<&str> = None;
-    {
-        let mut insert = tx.prepare_cached(
-            "INSERT INTO entries (session_id, seq, run, kind, msg_index, ts, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )?;
-        for r in rows {
-            insert.execute(params![session, seq, run, r.kind, r.msg_index, r.ts, r.data])?;
-            seq += 1;
-            d.steps += r.delta.steps;
-            d.tool_calls += r.delta.tool_calls;
-            d.input = d.input.saturating_add(r.delta.input);
-            d.output = d.output.saturating_add(r.delta.output);
-            d.no_usage += r.delta.no_usage;
-            d.cost += r.delta.cost;
-            if let Some(i) = r.msg_index {
-                messages = Some(i + 1);
-            }
-            if let Some(s) = &r.status {
-                status = Some(s);
-            }
-        }
-    }
-    tx.prepare_cached(
-        "UPDATE sessions SET updated_at = ?2, next_seq = ?3, steps = steps + ?4, tool_calls = tool_calls + ?5,
-         input_tokens = input_tokens + ?6, output_tokens = output_tokens + ?7,
-         calls_without_usage = calls_without_usage + ?8, cost_usd = cost_usd + ?9,
-         messages = coalesce(?10, messages), status = coalesce(?11, status) WHERE id = ?1",
-    )?
-    .execute(params![
-        session,
-        now(),
-        seq,
-        d.steps,
-        d.tool_calls,
-        d.input,
-        d.output,
-        d.no_usage,
-        d.cost,
-        messages,
-        status
-    ])?;
-    tx.commit()?;
-    Ok(seq)
-}

@@ -25,6 +25,7 @@
 //! # });
 //! ```
 
+mod chunk;
 mod error;
 mod journal;
 pub mod replay;

@@ -7,7 +7,7 @@ use rusqlite::Connection;
 pub const APPLICATION_ID: i64 = 0x5245_494E;
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Migration `i` takes a store from version `i` to `i + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -41,7 +41,78 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (session_id, seq)
     ) WITHOUT ROWID;
     CREATE UNIQUE INDEX entries_message ON entries(session_id, msg_index) WHERE msg_index IS NOT NULL;",
+    // 1 -> 2: the log in chunks, one row per flush, keyed by (session key << 32) | seq of the chunk's first
+    // entry in a plain rowid table: a flush appends one row and touches no index, so a commit writes one or
+    // two pages instead of six. The session index keeps the counters of every run but the open one (a run
+    // still `running`, or one whose process died), whose chunks carry their own counters.
+    "ALTER TABLE sessions RENAME TO sessions_v1;
+    DROP INDEX sessions_created;
+    CREATE TABLE sessions (
+        key INTEGER PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        model TEXT,
+        workspace TEXT,
+        status TEXT NOT NULL,
+        runs INTEGER NOT NULL DEFAULT 0,
+        steps INTEGER NOT NULL DEFAULT 0,
+        tool_calls INTEGER NOT NULL DEFAULT 0,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        calls_without_usage INTEGER NOT NULL DEFAULT 0,
+        cost_usd REAL,
+        messages INTEGER NOT NULL DEFAULT 0,
+        next_seq INTEGER NOT NULL DEFAULT 0
+    );
+    INSERT INTO sessions (id, created_at, updated_at, model, workspace, status, runs, steps, tool_calls,
+        input_tokens, output_tokens, calls_without_usage, cost_usd, messages, next_seq)
+        SELECT id, created_at, updated_at, model, workspace, status, runs, steps, tool_calls, input_tokens,
+            output_tokens, calls_without_usage, cost_usd, messages, next_seq
+        FROM sessions_v1 ORDER BY created_at, id;
+    CREATE INDEX sessions_created ON sessions(created_at);
+    CREATE TABLE log (
+        id INTEGER PRIMARY KEY,
+        run INTEGER NOT NULL,
+        entries INTEGER NOT NULL,
+        messages INTEGER NOT NULL,
+        ts TEXT NOT NULL,
+        steps INTEGER NOT NULL DEFAULT 0,
+        tool_calls INTEGER NOT NULL DEFAULT 0,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        calls_without_usage INTEGER NOT NULL DEFAULT 0,
+        cost_usd REAL NOT NULL DEFAULT 0,
+        data TEXT NOT NULL
+    );
+    INSERT INTO log (id, run, entries, messages, ts, data)
+        SELECT (s.key << 32) | e.seq, e.run, 1,
+            coalesce(max(e.msg_index) OVER (PARTITION BY e.session_id ORDER BY e.seq) + 1, 0),
+            e.ts,
+            json_object('kind', e.kind, 'msg_index', e.msg_index,
+                'data', CASE WHEN json_valid(e.data) THEN json(e.data) ELSE e.data END)
+        FROM entries e JOIN sessions s ON s.id = e.session_id ORDER BY e.session_id, e.seq;
+    DROP TABLE entries;
+    DROP TABLE sessions_v1;",
 ];
+
+/// Bits of a log row's id that hold the seq of its first entry; the session's key is above them.
+pub(crate) const SEQ_BITS: u32 = 32;
+
+/// The id of the log row whose first entry is `seq` of the session `key`.
+pub(crate) fn chunk_id(key: i64, seq: i64) -> i64 {
+    (key << SEQ_BITS) | seq
+}
+
+/// The first and last possible ids of the session `key`'s log rows.
+pub(crate) fn chunk_range(key: i64) -> (i64, i64) {
+    (key << SEQ_BITS, (key << SEQ_BITS) | ((1i64 << SEQ_BITS) - 1))
+}
+
+/// The seq of the first entry of the log row `id`.
+pub(crate) fn chunk_seq(id: i64) -> i64 {
+    id & ((1i64 << SEQ_BITS) - 1)
+}
 
 /// What opening found.
 pub(crate) enum Check {

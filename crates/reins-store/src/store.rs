@@ -2,6 +2,7 @@
 //! sessions kept current with it.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
@@ -9,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
 use crate::schema::{self, Check, SCHEMA_VERSION};
-use crate::session::{Entry, Session};
+use crate::session::Session;
 
 /// How durable each flush is.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,12 +50,21 @@ impl Default for StoreOptions {
     }
 }
 
-/// A session store on disk. Cheap to clone; every operation opens what it needs.
+/// A session store on disk. Cheap to clone (clones share one pool of write connections); reading
+/// opens what it needs.
 #[derive(Clone, Debug)]
 pub struct Store {
     path: PathBuf,
     options: StoreOptions,
+    /// Write connections runs have finished with, kept open for the next runs: opening one costs a
+    /// millisecond or more, and closing the last one checkpoints and removes the write-ahead log.
+    idle: Arc<Mutex<Vec<Connection>>>,
+    /// Flushes since the write-ahead log was last checkpointed.
+    flushes: Arc<std::sync::atomic::AtomicU32>,
 }
+
+/// The most idle write connections a store keeps.
+const IDLE_CONNECTIONS: usize = 8;
 
 /// One line of `reins sessions list`: the session index.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -218,7 +228,7 @@ impl Store {
             std::fs::create_dir_all(dir).map_err(|source| StoreError::Directory { path: dir.to_path_buf(), source })?;
         }
         check_size(&path)?;
-        let store = Store { path, options };
+        let store = Store { path, options, idle: Arc::default(), flushes: Arc::default() };
         let mut conn = store.connect(false)?;
         let err = |e| StoreError::sqlite(&store.path, e);
         match schema::check(&conn).map_err(err)? {
@@ -231,7 +241,7 @@ impl Store {
         }
         // A quick look at every table, so that a damaged file is reported now, not mid-run.
         conn.query_row("SELECT count(*) FROM sessions", [], |r| r.get::<_, i64>(0)).map_err(err)?;
-        conn.query_row("SELECT count(*) FROM entries", [], |r| r.get::<_, i64>(0)).map_err(err)?;
+        conn.query_row("SELECT count(*) FROM log", [], |r| r.get::<_, i64>(0)).map_err(err)?;
         Ok(store)
     }
 
@@ -277,15 +287,45 @@ impl Store {
         Ok(conn)
     }
 
+    /// A write connection for a run (an idle one when there is one): it never checkpoints by itself.
+    pub(crate) fn writer_connection(&self) -> Result<Connection, StoreError> {
+        if let Some(conn) = self.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop() {
+            return Ok(conn);
+        }
+        let conn = self.connect(false)?;
+        conn.query_row("PRAGMA wal_autocheckpoint = 0", [], |_| Ok(()))
+            .map_err(|e| StoreError::sqlite(&self.path, e))?;
+        Ok(conn)
+    }
+
+    /// Flushes since the write-ahead log was last checkpointed, counted over the store's runs.
+    pub(crate) fn flushes(&self) -> &Arc<std::sync::atomic::AtomicU32> {
+        &self.flushes
+    }
+
+    /// Keeps a write connection a run has finished with for the next one (unless it is mid-transaction).
+    pub(crate) fn give_back(&self, conn: Connection) {
+        if conn.is_autocommit() {
+            let mut idle = self.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if idle.len() < IDLE_CONNECTIONS {
+                idle.push(conn);
+            }
+        }
+    }
+
     /// Every session, newest first.
     pub fn list(&self) -> Result<Vec<SessionSummary>, StoreError> {
         let conn = self.connect(true)?;
         let err = |e| StoreError::sqlite(&self.path, e);
-        let mut stmt = conn
-            .prepare(&format!("SELECT {SUMMARY_COLUMNS} FROM sessions ORDER BY created_at DESC, id"))
-            .map_err(err)?;
-        let rows = stmt.query_map([], summary_row).map_err(err)?;
-        rows.collect::<Result<Vec<_>, _>>().map_err(err)
+        let tx = conn.unchecked_transaction().map_err(err)?;
+        let rows = {
+            let mut stmt = tx
+                .prepare(&format!("SELECT {SUMMARY_COLUMNS} FROM sessions ORDER BY created_at DESC, id"))
+                .map_err(err)?;
+            let rows = stmt.query_map([], summary_row).map_err(err)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(err)?
+        };
+        rows.into_iter().map(|(s, key)| with_open_run(&tx, s, key).map_err(err)).collect()
     }
 
     /// The full id of the session whose id is `id` or starts with `id`.
@@ -331,10 +371,8 @@ impl Store {
     pub fn summary(&self, id: &str) -> Result<SessionSummary, StoreError> {
         let conn = self.connect(true)?;
         let err = |e| StoreError::sqlite(&self.path, e);
-        conn.query_row(&format!("SELECT {SUMMARY_COLUMNS} FROM sessions WHERE id = ?1"), [id], summary_row)
-            .optional()
-            .map_err(err)?
-            .ok_or_else(|| StoreError::NotFound(id.to_owned()))
+        let tx = conn.unchecked_transaction().map_err(err)?;
+        summary_of(&tx, id).map_err(err)?.ok_or_else(|| StoreError::NotFound(id.to_owned()))
     }
 
     /// Loads a whole session (`id` exact or a unique prefix): its summary and every entry in order.
@@ -343,41 +381,33 @@ impl Store {
         let conn = self.connect(true)?;
         let err = |e| StoreError::sqlite(&self.path, e);
         let tx = conn.unchecked_transaction().map_err(err)?;
-        let summary = tx
+        let (summary, key) = tx
             .query_row(&format!("SELECT {SUMMARY_COLUMNS} FROM sessions WHERE id = ?1"), [&id], summary_row)
             .optional()
             .map_err(err)?
             .ok_or_else(|| StoreError::NotFound(id.clone()))?;
+        let summary = with_open_run(&tx, summary, key).map_err(err)?;
+        let (lo, hi) = schema::chunk_range(key);
         let mut stmt = tx
-            .prepare("SELECT seq, run, kind, msg_index, ts, data FROM entries WHERE session_id = ?1 ORDER BY seq")
+            .prepare("SELECT id, run, entries, ts, data FROM log WHERE id BETWEEN ?1 AND ?2 ORDER BY id")
             .map_err(err)?;
         let rows = stmt
-            .query_map(params![id], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, Option<i64>>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, String>(5)?,
-                ))
+            .query_map(params![lo, hi], |r| {
+                Ok(crate::chunk::Row {
+                    id: r.get(0)?,
+                    run: r.get(1)?,
+                    entries: r.get(2)?,
+                    ts: r.get(3)?,
+                    data: r.get(4)?,
+                })
             })
             .map_err(err)?;
         let mut entries = Vec::new();
         for row in rows {
-            let (seq, run, kind, msg_index, ts, data) = row.map_err(err)?;
-            let data = match serde_json::from_str(&data) {
-                Ok(d) => d,
-                Err(e) => return Err(self.damaged(&conn, &id, seq, &format!("its data is not JSON: {e}"))),
-            };
-            entries.push(Entry {
-                seq: to_u64(seq),
-                run: to_u64(run),
-                kind,
-                msg_index: msg_index.map(to_u64),
-                ts,
-                data,
-            });
+            let row = row.map_err(err)?;
+            if let Err((seq, why)) = crate::chunk::decode(&row, &mut entries) {
+                return Err(self.damaged(&conn, &id, seq, &why));
+            }
         }
         Ok(Session { summary, entries })
     }
@@ -406,23 +436,56 @@ impl Store {
 }
 
 const SUMMARY_COLUMNS: &str = "id, created_at, updated_at, model, workspace, status, runs, steps, tool_calls, \
-     input_tokens, output_tokens, calls_without_usage, cost_usd, messages";
+     input_tokens, output_tokens, calls_without_usage, cost_usd, messages, key";
 
-fn summary_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SessionSummary> {
-    Ok(SessionSummary {
-        id: r.get(0)?,
-        created_at: r.get(1)?,
-        updated_at: r.get(2)?,
-        model: r.get(3)?,
-        workspace: r.get(4)?,
-        status: r.get(5)?,
-        runs: to_u64(r.get(6)?),
-        steps: to_u64(r.get(7)?),
-        tool_calls: to_u64(r.get(8)?),
-        input_tokens: to_u64(r.get(9)?),
-        output_tokens: to_u64(r.get(10)?),
-        calls_without_usage: to_u64(r.get(11)?),
-        cost_usd: r.get(12)?,
-        messages: to_u64(r.get(13)?),
-    })
+/// The summary of session `id`, its open run included.
+fn summary_of(conn: &Connection, id: &str) -> rusqlite::Result<Option<SessionSummary>> {
+    let row = conn.query_row(&format!("SELECT {SUMMARY_COLUMNS} FROM sessions WHERE id = ?1"), [id], summary_row);
+    match row.optional()? {
+        Some((s, key)) => with_open_run(conn, s, key).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The index counts the runs that ended; a session still `running` (or whose process died) also counts
+/// what its open run's chunks add up to, and is as recent as its last chunk.
+fn with_open_run(conn: &Connection, mut s: SessionSummary, key: i64) -> rusqlite::Result<SessionSummary> {
+    if s.status != "running" {
+        return Ok(s);
+    }
+    let run = i64::try_from(s.runs).unwrap_or(i64::MAX);
+    let d = crate::chunk::run_totals(conn, key, run)?;
+    s.steps = s.steps.saturating_add(to_u64(d.steps));
+    s.tool_calls = s.tool_calls.saturating_add(to_u64(d.tool_calls));
+    s.input_tokens = s.input_tokens.saturating_add(to_u64(d.input));
+    s.output_tokens = s.output_tokens.saturating_add(to_u64(d.output));
+    s.calls_without_usage = s.calls_without_usage.saturating_add(to_u64(d.no_usage));
+    s.cost_usd = s.cost_usd.map(|c| c + d.cost);
+    if let Some((_, messages, ts)) = crate::chunk::tail(conn, key)? {
+        s.messages = to_u64(messages);
+        s.updated_at = ts;
+    }
+    Ok(s)
+}
+
+fn summary_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(SessionSummary, i64)> {
+    Ok((
+        SessionSummary {
+            id: r.get(0)?,
+            created_at: r.get(1)?,
+            updated_at: r.get(2)?,
+            model: r.get(3)?,
+            workspace: r.get(4)?,
+            status: r.get(5)?,
+            runs: to_u64(r.get(6)?),
+            steps: to_u64(r.get(7)?),
+            tool_calls: to_u64(r.get(8)?),
+            input_tokens: to_u64(r.get(9)?),
+            output_tokens: to_u64(r.get(10)?),
+            calls_without_usage: to_u64(r.get(11)?),
+            cost_usd: r.get(12)?,
+            messages: to_u64(r.get(13)?),
+        },
+        r.get(14)?,
+    ))
 }

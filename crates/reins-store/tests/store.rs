@@ -69,6 +69,10 @@ fn a_run_is_recorded_and_reads_back_exactly() {
     assert_eq!(runs[0].responses[1].response.as_ref().unwrap().text, "done");
     assert_eq!(runs[0].start.tools[0].name, "echo");
     assert_eq!(runs[0].end.as_ref().unwrap()["status"], "completed");
+    // The recorded end is the outcome, field for field, without its transcript.
+    let mut expected = serde_json::to_value(&outcome).unwrap();
+    expected.as_object_mut().unwrap().remove("messages");
+    assert_eq!(runs[0].end.as_ref().unwrap(), &expected);
     // Events: run_start and run_end carry the session id; sequence numbers are dense.
     let events: Vec<_> = session.events().collect();
     assert_eq!(events.first().unwrap()["type"], "run_start");
@@ -326,14 +330,38 @@ fn every_message_is_recorded_once() {
     let s = store.load(o.session_id.as_deref().unwrap()).unwrap();
     let indices: Vec<u64> = s.entries.iter().filter(|e| e.kind == kind::MESSAGE).filter_map(|e| e.msg_index).collect();
     assert_eq!(indices, vec![0, 1, 2, 3]);
-    // The database itself refuses a second copy of a transcript item.
-    let conn = rusqlite::Connection::open(store.path()).unwrap();
-    let dup = conn.execute(
-        "INSERT INTO entries (session_id, seq, run, kind, msg_index, ts, data) VALUES (?1, 999, 1, 'message', 1, '', '{}')",
-        [s.id()],
-    );
-    assert!(dup.is_err());
-    let _ = Arc::new(());
+}
+
+#[test]
+fn a_run_that_lost_its_session_to_a_later_run_records_nothing_more() {
+    use reins::Journal as _;
+    let dir = TempDir::new("takeover");
+    let store = Store::open(dir.path().join("s.db")).unwrap();
+    let o = rt().block_on(agent(&store, vec![ModelResponse::text("first")]).run("q1", CancellationToken::new()));
+    let id = o.session_id.unwrap();
+    let session = store.load(&id).unwrap();
+    let state = session.resume_state(Limits::default(), &ContextConfig::default(), Some("q2")).unwrap();
+    let journal = store.resume_journal(&session, SessionMeta::default()).unwrap();
+    rt().block_on(async {
+        // Two resumes of one loaded session start before either records anything: both pass the check.
+        let a = journal.start(&state, &[]).await.unwrap();
+        let b = journal.start(&state, &[]).await.unwrap();
+        let q2 = Message::user("q2");
+        a.message(2, &q2);
+        let e = a.flush().await.unwrap_err();
+        assert!(e.0.contains("continued by another run"), "{e}");
+        // The failure sticks, and the later run records normally.
+        assert!(a.flush().await.is_err());
+        b.message(2, &q2);
+        b.flush().await.unwrap();
+    });
+    let s = store.load(&id).unwrap();
+    let messages = s.messages().unwrap();
+    assert_eq!(messages.len(), 3, "{messages:?}");
+    assert_eq!(messages[2], Message::user("q2"));
+    // The first resume started (its run_start is kept) but wrote nothing after the takeover.
+    assert_eq!(s.summary.runs, 3);
+    assert_eq!(s.entries.iter().filter(|e| e.kind == kind::MESSAGE).count(), 3);
 }
 
 #[test]

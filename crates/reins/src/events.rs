@@ -122,7 +122,7 @@ pub struct Event {
     pub kind: EventKind,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct EventLine {
     v: u32,
     run_id: String,
@@ -132,18 +132,38 @@ struct EventLine {
     kind: EventKind,
 }
 
+/// [`EventLine`] borrowing the event: what [`Event::write_json`] serializes.
+#[derive(Serialize)]
+struct EventLineRef<'a> {
+    v: u32,
+    run_id: &'a str,
+    seq: u64,
+    #[serde(serialize_with = "rfc3339_millis")]
+    ts: SystemTime,
+    #[serde(flatten)]
+    kind: &'a EventKind,
+}
+
+fn rfc3339_millis<S: serde::Serializer>(ts: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&humantime::format_rfc3339_millis(*ts))
+}
+
 impl Event {
     /// The event as one JSON line (no trailing newline).
     pub fn to_json(&self) -> String {
-        let line = EventLine {
-            v: EVENT_VERSION,
-            kind: self.kind.clone(),
-            run_id: self.run_id.to_string(),
-            seq: self.seq,
-            ts: humantime::format_rfc3339_millis(self.ts).to_string(),
-        };
-        serde_json::to_string(&line)
-            .unwrap_or_else(|e| format!("{{\"v\":1,\"type\":\"serialize_error\",\"error\":{:?}}}", e.to_string()))
+        let mut out = Vec::with_capacity(128);
+        match self.write_json(&mut out) {
+            Ok(()) => String::from_utf8(out).unwrap_or_default(),
+            Err(e) => format!("{{\"v\":1,\"type\":\"serialize_error\",\"error\":{:?}}}", e.to_string()),
+        }
+    }
+
+    /// Writes the line of [`Event::to_json`] to `out` without building it apart (no trailing newline).
+    /// On an error, part of the line may have been written.
+    pub fn write_json(&self, out: impl std::io::Write) -> serde_json::Result<()> {
+        let line =
+            EventLineRef { v: EVENT_VERSION, run_id: &self.run_id, seq: self.seq, ts: self.ts, kind: &self.kind };
+        serde_json::to_writer(out, &line)
     }
 
     /// Parses one JSON line written by [`Event::to_json`].

@@ -115,6 +115,9 @@ pub(crate) fn append(conn: &Connection, at: &Placement, chunk: &Chunk) -> rusqli
         Ok(d) => d,
         Err(e) => return Ok(Err(e)),
     };
+    if at.seq.saturating_add(chunk.entries) >= 1i64 << crate::schema::SEQ_BITS {
+        return Ok(Err(format!("the session's log is full ({} entries)", 1i64 << crate::schema::SEQ_BITS)));
+    }
     let d = chunk.delta;
     let n = conn
         .prepare_cached(

@@ -2,9 +2,10 @@
 //!
 //! An event-sourced session log for [Reins](reins) runs in one SQLite file (WAL mode, versioned schema
 //! with migrations). A [`SessionJournal`] plugs into [`reins::AgentBuilder::journal`]: every model
-//! response, transcript item and event of a run is appended to the log by a writer thread behind a
-//! bounded queue, and each completed step is flushed before the next model call, so a crash loses at
-//! most the step in flight. A full or read-only store ends the run `aborted` with the error.
+//! response, transcript item and event of a run is queued in memory (bounded; a background writer takes
+//! it when the run is quiet) and committed as one row before each model call and each tool batch, so a
+//! crash loses at most the step in flight and a proposed call is durable before its side effect. A full or
+//! read-only store ends the run `aborted` with the error.
 //!
 //! A recorded [`Session`] rebuilds its transcript ([`Session::messages`]), is continued with
 //! [`Session::resume_state`] (calls cut short by a crash get an "interrupted" error result) and

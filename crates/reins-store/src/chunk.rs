@@ -250,3 +250,80 @@ pub(crate) fn decode(row: &Row, out: &mut Vec<Entry>) -> Result<(), (i64, String
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::schema::chunk_id;
+
+    fn json() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::from),
+            any::<i64>().prop_map(serde_json::Value::from),
+            ".{0,40}".prop_map(serde_json::Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
+                prop::collection::btree_map(".{0,8}", inner, 0..4)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// Whatever is recorded reads back entry for entry, in order, with dense seqs.
+        #[test]
+        fn entries_round_trip(
+            entries in prop::collection::vec((0usize..5, prop::option::of(0usize..1000), json()), 0..12),
+            key in 1i64..1000,
+            seq in 0i64..1_000_000,
+        ) {
+            let kinds = [crate::kind::RUN_START, crate::kind::MESSAGE, crate::kind::RESPONSE, crate::kind::EVENT, crate::kind::RUN_END];
+            let mut chunk = Chunk::default();
+            for (k, m, v) in &entries {
+                chunk.push(kinds[*k], *m, |out| serde_json::to_writer(out, v)).unwrap();
+            }
+            prop_assert_eq!(chunk.entries, entries.len() as i64);
+            let row = Row { id: chunk_id(key, seq), run: 3, entries: chunk.entries, ts: "t".into(), data: chunk.text().unwrap().to_owned() };
+            let mut out = Vec::new();
+            decode(&row, &mut out).unwrap();
+            prop_assert_eq!(out.len(), entries.len());
+            for (i, (e, (k, m, v))) in out.iter().zip(&entries).enumerate() {
+                prop_assert_eq!(e.seq, (seq + i as i64) as u64);
+                prop_assert_eq!(e.run, 3);
+                prop_assert_eq!(e.kind.as_str(), kinds[*k]);
+                prop_assert_eq!(e.msg_index, m.map(|m| m as u64));
+                prop_assert_eq!(&e.ts, "t");
+                prop_assert_eq!(&e.data, v);
+            }
+        }
+
+        /// Any stored text either decodes or names the entry it cannot read; it never panics.
+        #[test]
+        fn arbitrary_rows_never_panic(data in ".{0,300}", entries in -2i64..6, id in any::<i64>()) {
+            let row = Row { id, run: 1, entries, ts: String::new(), data };
+            let mut out = Vec::new();
+            if let Err((seq, why)) = decode(&row, &mut out) {
+                prop_assert!(seq >= chunk_seq(id));
+                prop_assert!(!why.is_empty());
+            }
+        }
+    }
+
+    /// An entry whose data cannot be serialized leaves nothing behind.
+    #[test]
+    fn a_failed_entry_leaves_nothing() {
+        let mut chunk = Chunk::default();
+        chunk.push(crate::kind::EVENT, None, |out| serde_json::to_writer(out, &1)).unwrap();
+        let before = chunk.text().unwrap().to_owned();
+        let mut bad = std::collections::HashMap::new();
+        bad.insert(vec![1u8], 2); // a map with non-string keys cannot be JSON
+        assert!(chunk.push(crate::kind::EVENT, None, |out| serde_json::to_writer(out, &bad)).is_err());
+        assert_eq!(chunk.text().unwrap(), before);
+        assert_eq!(chunk.entries, 1);
+    }
+}

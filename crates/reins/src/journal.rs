@@ -5,7 +5,7 @@
 //! returned [`RunJournal`]: [`RunJournal::response`] for every model response (or error) received,
 //! [`RunJournal::message`] for every transcript item appended, [`RunJournal::event`] for every event, an
 //! awaited [`RunJournal::flush`] before each model call (so a crash loses at most the step in flight) and
-//! before each tool batch (so the proposed calls are durable before any side effect: a crash mid-batch
+//! before each tool batch that runs a call (so the proposed calls are durable before any side effect: a crash mid-batch
 //! leaves calls without results, which a resume reconciles, never a call silently run twice), and an
 //! awaited [`RunJournal::finish`] with the outcome. Recording calls must not block on storage: they
 //! queue; errors surface at the next `flush` or `finish`, and the run then ends `aborted` with the
@@ -51,7 +51,7 @@ pub trait RunJournal: Send + Sync {
     /// An event of the run.
     fn event(&self, event: &Event);
     /// Waits until everything recorded so far is durable. Called before each model call and before
-    /// each tool batch.
+    /// each tool batch that runs at least one call.
     async fn flush(&self) -> Result<(), JournalError>;
     /// The run ended with `outcome`: records it and waits until everything is durable.
     async fn finish(&self, outcome: &Outcome) -> Result<(), JournalError>;

@@ -388,8 +388,10 @@ impl Agent {
                     // Borrowed from the state (not copied) until the results are recorded.
                     let batch: Vec<PlannedCall<'_>> = batch.iter().collect();
                     // The proposed calls are durable before any of them runs: after a crash mid-batch a
-                    // resume sees them without results, and no side effect is silently repeated.
-                    if let Some(j) = &journal {
+                    // resume sees them without results, and no side effect is silently repeated. A batch
+                    // whose calls are all refused runs nothing and needs no such wait.
+                    let runs_any = batch.iter().any(|p| matches!(p.plan, Plan::Run));
+                    if let Some(j) = journal.as_ref().filter(|_| runs_any) {
                         if let Err(e) = j.flush().await {
                             run_cancel.cancel();
                             state.interrupt(Status::Aborted, e.to_string(), &self.context);

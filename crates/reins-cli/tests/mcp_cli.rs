@@ -7,7 +7,10 @@ use std::process::{Command, Output};
 use serde_json::{Value, json};
 
 fn reins() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_reins"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_reins"));
+    // Runs record into a store of the tests' own, never the user's.
+    c.env("REINS_STORE", std::env::temp_dir().join(format!("reins-cli-test-{}.db", std::process::id())));
+    c
 }
 
 fn python() -> PathBuf {

@@ -56,6 +56,8 @@ fn serve_once(content_type: &'static str, body: String) -> (String, mpsc::Receiv
 fn reins(args: &[&str], envs: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_reins"));
     cmd.args(args).env_remove("OPENAI_API_KEY").env_remove("ANTHROPIC_API_KEY");
+    // Runs record into a store of the tests' own, never the user's.
+    cmd.env("REINS_STORE", std::env::temp_dir().join(format!("reins-cli-test-{}.db", std::process::id())));
     for (k, v) in envs {
         cmd.env(k, v);
     }

@@ -98,6 +98,21 @@ impl Chunk {
     }
 }
 
+/// Runs `f` in a write transaction (`BEGIN IMMEDIATE`), committing on success and rolling back on an
+/// error. The statements are prepared once per connection (a flush is one transaction; parsing `BEGIN`
+/// and `COMMIT` again each time would cost as much as the insert).
+pub(crate) fn write_transaction<T>(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+    let done = f(conn).and_then(|v| conn.prepare_cached("COMMIT")?.execute([]).map(|_| v));
+    if done.is_err() && !conn.is_autocommit() {
+        let _ = conn.prepare_cached("ROLLBACK").and_then(|mut s| s.execute([]));
+    }
+    done
+}
+
 /// Where a chunk goes and what the session holds after it.
 pub(crate) struct Placement {
     pub key: i64,

@@ -178,18 +178,18 @@ fn write(
     chunk: &Chunk,
     written: Delta,
 ) -> rusqlite::Result<Result<bool, String>> {
-    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    match chunk::append(&tx, at, chunk)? {
-        Ok(true) => {}
-        other => return Ok(other),
-    }
-    if let Some(status) = &chunk.status {
-        let mut total = written;
-        total.add(chunk.delta);
-        chunk::fold(&tx, at.key, total, Some(status), at.messages, at.seq + chunk.entries)?;
-    }
-    tx.commit()?;
-    Ok(Ok(true))
+    chunk::write_transaction(conn, |tx| {
+        match chunk::append(tx, at, chunk)? {
+            Ok(true) => {}
+            other => return Ok(other),
+        }
+        if let Some(status) = &chunk.status {
+            let mut total = written;
+            total.add(chunk.delta);
+            chunk::fold(tx, at.key, total, Some(status), at.messages, at.seq + chunk.entries)?;
+        }
+        Ok(Ok(true))
+    })
 }
 
 /// The log of one run; see [`reins::RunJournal`]. Recording appends to an in-memory chunk; a flush

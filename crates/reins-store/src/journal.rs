@@ -437,9 +437,8 @@ impl Journal for SessionJournal {
             blocking(|| register(&self.store, &self.meta, &self.target, recorded, &first)).map_err(JournalError)?;
         let store = self.store.clone();
         let background = shared.clone();
-        std::thread::Builder::new()
-            .name("reins-store-writer".into())
-            .spawn(move || writer(store, background))
+        self.store
+            .in_background(Box::new(move || writer(store, background)))
             .map_err(|e| JournalError(format!("cannot start the writer thread: {e}")))?;
         Ok(Arc::new(RunLog {
             session_id: shared.session_id.clone(),

@@ -61,7 +61,35 @@ pub struct Store {
     idle: Arc<Mutex<Vec<Connection>>>,
     /// Flushes since the write-ahead log was last checkpointed.
     flushes: Arc<std::sync::atomic::AtomicU32>,
+    /// Background threads waiting for a run to serve (a thread costs tens of microseconds to start).
+    threads: Arc<Mutex<Vec<Arc<Waiting>>>>,
 }
+
+/// Work for a background thread of the store.
+pub(crate) type Job = Box<dyn FnOnce() + Send>;
+
+/// A background thread waiting for its next job. Handing it one and its giving up happen under the same
+/// lock, so a job is never handed to a thread that has ended.
+#[derive(Default)]
+struct Waiting {
+    slot: Mutex<Slot>,
+    wake: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct Slot {
+    job: Option<Job>,
+    ended: bool,
+}
+
+impl std::fmt::Debug for Waiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Waiting")
+    }
+}
+
+/// How long a background thread waits for the next run before it ends.
+const THREAD_IDLE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The most idle write connections a store keeps.
 const IDLE_CONNECTIONS: usize = 8;
@@ -228,7 +256,7 @@ impl Store {
             std::fs::create_dir_all(dir).map_err(|source| StoreError::Directory { path: dir.to_path_buf(), source })?;
         }
         check_size(&path)?;
-        let store = Store { path, options, idle: Arc::default(), flushes: Arc::default() };
+        let store = Store { path, options, idle: Arc::default(), flushes: Arc::default(), threads: Arc::default() };
         let mut conn = store.connect(false)?;
         let err = |e| StoreError::sqlite(&store.path, e);
         match schema::check(&conn).map_err(err)? {
@@ -296,6 +324,43 @@ impl Store {
         conn.query_row("PRAGMA wal_autocheckpoint = 0", [], |_| Ok(()))
             .map_err(|e| StoreError::sqlite(&self.path, e))?;
         Ok(conn)
+    }
+
+    /// Runs `job` on a background thread: one that finished its last job and waits for another, or a new
+    /// one. A thread waits [`THREAD_IDLE`] for its next job, then ends.
+    pub(crate) fn in_background(&self, job: Job) -> std::io::Result<()> {
+        let mut job = Some(job);
+        while let Some(thread) = self.threads.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop() {
+            let mut slot = thread.slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !slot.ended {
+                slot.job = job.take();
+                thread.wake.notify_one();
+                return Ok(());
+            }
+        }
+        let Some(first) = job else { return Ok(()) };
+        let threads = self.threads.clone();
+        std::thread::Builder::new().name("reins-store-writer".into()).spawn(move || {
+            let mut job = first;
+            loop {
+                job();
+                let waiting = Arc::new(Waiting::default());
+                threads.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(waiting.clone());
+                let slot = waiting.slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let (mut slot, _) = waiting
+                    .wake
+                    .wait_timeout_while(slot, THREAD_IDLE, |s| s.job.is_none())
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                match slot.job.take() {
+                    Some(next) => job = next,
+                    None => {
+                        slot.ended = true;
+                        return;
+                    }
+                }
+            }
+        })?;
+        Ok(())
     }
 
     /// Flushes since the write-ahead log was last checkpointed, counted over the store's runs.

@@ -44,7 +44,8 @@ const MIGRATIONS: &[&str] = &[
     // 1 -> 2: the log in chunks, one row per flush, keyed by (session key << 32) | seq of the chunk's first
     // entry in a plain rowid table: a flush appends one row and touches no index, so a commit writes one or
     // two pages instead of six. The session index keeps the counters of every run but the open one (a run
-    // still `running`, or one whose process died), whose chunks carry their own counters.
+    // still `running`, or one whose process died), whose chunks carry their own counters. Keys are given in
+    // creation order, so the newest sessions are listed by key (no index on the creation time to update).
     "ALTER TABLE sessions RENAME TO sessions_v1;
     DROP INDEX sessions_created;
     CREATE TABLE sessions (
@@ -70,7 +71,6 @@ const MIGRATIONS: &[&str] = &[
         SELECT id, created_at, updated_at, model, workspace, status, runs, steps, tool_calls, input_tokens,
             output_tokens, calls_without_usage, cost_usd, messages, next_seq
         FROM sessions_v1 ORDER BY created_at, id;
-    CREATE INDEX sessions_created ON sessions(created_at);
     CREATE TABLE log (
         id INTEGER PRIMARY KEY,
         run INTEGER NOT NULL,

@@ -384,9 +384,8 @@ impl Store {
         let err = |e| StoreError::sqlite(&self.path, e);
         let tx = conn.unchecked_transaction().map_err(err)?;
         let rows = {
-            let mut stmt = tx
-                .prepare(&format!("SELECT {SUMMARY_COLUMNS} FROM sessions ORDER BY key DESC"))
-                .map_err(err)?;
+            let mut stmt =
+                tx.prepare(&format!("SELECT {SUMMARY_COLUMNS} FROM sessions ORDER BY key DESC")).map_err(err)?;
             let rows = stmt.query_map([], summary_row).map_err(err)?;
             rows.collect::<Result<Vec<_>, _>>().map_err(err)?
         };

@@ -2,6 +2,7 @@
 //! at any point gives a complete, coherent transcript that keeps everything recorded.
 
 mod common;
+mod fuzz_support;
 
 use common::{TempDir, rt};
 use proptest::prelude::*;
@@ -34,6 +35,35 @@ fn read_everything(path: &std::path::Path) -> Result<usize, StoreError> {
         session.runs()?;
     }
     Ok(n)
+}
+
+/// A log row of any content (what the `session_log` fuzz target feeds) is read or refused by name.
+#[test]
+fn a_log_row_of_any_content_is_read_or_refused() {
+    let dir = TempDir::new("prop-row");
+    let fixture = fuzz_support::Fixture::new(dir.path().join("f"));
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig { cases: 256, ..ProptestConfig::default() });
+    let lines = proptest::collection::vec(
+        prop_oneof![
+            Just(r#"{"kind":"message","msg_index":5,"data":{"role":"user","content":"x"}}"#.to_owned()),
+            Just(r#"{"kind":"event","data":{"v":1}}"#.to_owned()),
+            Just(r#"{"kind":"response","data":{"step":9,"response":{"text":"y"}}}"#.to_owned()),
+            Just(r#"{"kind":"run_end","data":{"status":"completed"}}"#.to_owned()),
+            "\\PC{0,60}",
+        ],
+        0..6,
+    );
+    let rows = (any::<u8>(), lines).prop_map(|(n, lines)| {
+        let mut bytes = vec![n];
+        bytes.extend(lines.join("\n").into_bytes());
+        bytes
+    });
+    let bytes = prop_oneof![rows, proptest::collection::vec(any::<u8>(), 0..200)];
+    runner
+        .run(&bytes, |data| {
+            fuzz_support::check_log_row(&fixture, &data).map_err(proptest::test_runner::TestCaseError::fail)
+        })
+        .unwrap();
 }
 
 proptest! {

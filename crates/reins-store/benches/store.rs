@@ -271,12 +271,22 @@ fn main() {
     emit("store.run_start", f.start, "us/run");
     emit("store.run_finish", f.finish, "us/run");
     // A model that takes 2 ms (still far quicker than a real one): the writer works while it runs.
-    let f = measure(&rt, &store, 300, Some(Duration::from_millis(2)), 3);
+    let f = measure(&rt, &store, 300, Some(Duration::from_millis(2)), 5);
     emit("store.paced.added_per_step", f.with - f.base, "us/step");
     emit("store.paced.record_on_engine_thread", f.record, "us/step");
     emit("store.paced.flush_wait", f.flush, "us/flush");
     emit("store.paced.engine_cost_per_step", f.record + f.flush_per_step, "us/step");
-    let recorded_steps = (STEPS + 1) * REPEATS + 301 * 3;
+    // Durability::Power: every flush is fsynced (survives a power loss, not only a killed process).
+    let power = Store::open_with(
+        dir.join("power.db"),
+        reins_store::StoreOptions { durability: reins_store::Durability::Power, ..Default::default() },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let f = measure(&rt, &power, 200, None, 3);
+    emit("store.power.added_per_step", f.with - f.base, "us/step");
+    emit("store.power.flush_wait", f.flush, "us/flush");
+    drop(power);
+    let recorded_steps = (STEPS + 1) * REPEATS + 301 * 5;
     let (base, with) = measure_short(&rt, &store, 200, 10);
     emit("store.short_runs.added_per_step", with - base, "us/step");
     emit("store.short_runs.added_per_run", (with - base) * 11.0, "us/run");

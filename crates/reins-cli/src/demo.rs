@@ -79,7 +79,7 @@ fn workspace_tools(root: &std::path::Path) -> Result<Vec<Arc<dyn reins::Tool>>, 
 
 /// `reins demo`.
 pub async fn demo() -> Result<u8, CliError> {
-    println!("reins demo — a scripted model proposes; Reins validates, runs, bounds and records.\n");
+    outln!("reins demo — a scripted model proposes; Reins validates, runs, bounds and records.\n");
     let model = Arc::new(ScriptedModel::new(script()));
     let workspace = tempfile::tempdir().map_err(|e| CliError::Internal(e.into()))?;
     let mut tools = test_tools::tools();
@@ -95,18 +95,16 @@ pub async fn demo() -> Result<u8, CliError> {
     let cancel = CancellationToken::new();
     crate::run::cancel_on_ctrl_c(cancel.clone());
     let outcome = agent.run("Announce the release to the team and tell me the build status.", cancel).await;
-    println!();
+    outln!();
     if let Some(answer) = &outcome.answer {
-        println!("answer: {answer}");
+        outln!("answer: {answer}");
     }
     for line in render::status_lines(&outcome) {
-        println!("{line}");
+        outln!("{line}");
     }
-    println!("\nThe invalid call (call_2) never reached the tool: the registry refused it with the JSON pointer of");
-    println!("each offending value, the model recovered, and every call in the transcript has exactly one result.");
-    println!("The file tools ran in a temporary workspace: a path leaving it was refused, and the command ran as a");
-    println!(
-        "named preset (`lines` = wc -l RELEASE.md) in its own process group, with whatever sandbox this host has."
-    );
+    outln!("\nThe invalid call (call_2) never reached the tool: the registry refused it with the JSON pointer of");
+    outln!("each offending value, the model recovered, and every call in the transcript has exactly one result.");
+    outln!("The file tools ran in a temporary workspace: a path leaving it was refused, and the command ran as a");
+    outln!("named preset (`lines` = wc -l RELEASE.md) in its own process group, with whatever sandbox this host has.");
     Ok(code_for(outcome.status))
 }

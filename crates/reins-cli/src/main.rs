@@ -1,5 +1,22 @@
 //! The `reins` command: runs agents under Reins' limits and reports what happened.
 
+/// `println!` that never panics: output to a closed pipe (`reins sessions list | head`) is dropped and the
+/// command ends with its own exit code.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// `print!` that never panics (see `outln!`).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 mod demo;
 mod exit;
 mod mcp_cli;

@@ -151,10 +151,10 @@ async fn mcp_list(args: McpListArgs) -> Result<u8, CliError> {
     let reports = futures_util::future::join_all(configs.into_iter().map(probe)).await;
     if args.json {
         let v = serde_json::json!({ "servers": reports });
-        println!("{v}");
+        outln!("{v}");
     } else {
         for r in &reports {
-            print!("{}", render(r));
+            out!("{}", render(r));
         }
     }
     Ok(if reports.iter().all(|r| r.started) { 0 } else { 1 })

@@ -26,7 +26,7 @@ pub fn progress_observer(event: &Event) -> Result<(), ObserverError> {
 /// Prints each event as a readable progress line on stdout.
 pub fn progress_stdout(event: &Event) -> Result<(), ObserverError> {
     if let Some(line) = progress_line(event) {
-        println!("{line}");
+        outln!("{line}");
     }
     Ok(())
 }
@@ -59,7 +59,7 @@ pub fn progress_line(event: &Event) -> Option<String> {
 /// Prints the end of a run: the answer on stdout, the status line on stderr.
 pub fn summary(outcome: &Outcome) {
     if let Some(answer) = &outcome.answer {
-        println!("{answer}");
+        outln!("{answer}");
     }
     for line in status_lines(outcome) {
         eprintln!("{line}");

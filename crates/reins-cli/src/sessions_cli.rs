@@ -181,7 +181,7 @@ pub fn sessions(args: SessionsArgs) -> Result<u8, CliError> {
             let session = open(store.store.as_deref())?.load(&id).map_err(store_err)?;
             if json {
                 let v = serde_json::json!({"session": session.summary, "entries": session.entries});
-                println!("{}", serde_json::to_string_pretty(&v).map_err(|e| CliError::Internal(e.into()))?);
+                outln!("{}", serde_json::to_string_pretty(&v).map_err(|e| CliError::Internal(e.into()))?);
             } else {
                 show(&session, events);
             }
@@ -194,7 +194,7 @@ pub fn sessions(args: SessionsArgs) -> Result<u8, CliError> {
                 out.push_str(&line);
                 out.push('\n');
             }
-            print!("{out}");
+            out!("{out}");
             Ok(0)
         }
     }
@@ -204,7 +204,7 @@ fn list(store: &Store, json: bool) -> Result<u8, CliError> {
     let sessions = store.list().map_err(store_err)?;
     if json {
         for s in &sessions {
-            println!("{}", serde_json::to_string(s).map_err(|e| CliError::Internal(e.into()))?);
+            outln!("{}", serde_json::to_string(s).map_err(|e| CliError::Internal(e.into()))?);
         }
         return Ok(0);
     }
@@ -212,9 +212,15 @@ fn list(store: &Store, json: bool) -> Result<u8, CliError> {
         eprintln!("no sessions in {}", store.path().display());
         return Ok(0);
     }
-    println!(
+    outln!(
         "{:<36}  {:<20}  {:<24}  {:<13}  {:>5}  {:>10}  {:>9}",
-        "ID", "STARTED", "MODEL", "STATUS", "STEPS", "TOKENS", "COST"
+        "ID",
+        "STARTED",
+        "MODEL",
+        "STATUS",
+        "STEPS",
+        "TOKENS",
+        "COST"
     );
     for s in &sessions {
         let started: String = s.created_at.chars().take(19).collect::<String>().replace('T', " ");
@@ -225,9 +231,15 @@ fn list(store: &Store, json: bool) -> Result<u8, CliError> {
         };
         let cost = s.cost_usd.map_or_else(|| "-".to_owned(), |c| format!("${c:.4}"));
         let model: String = s.model.as_deref().unwrap_or("-").chars().take(24).collect();
-        println!(
+        outln!(
             "{:<36}  {:<20}  {:<24}  {:<13}  {:>5}  {:>10}  {:>9}",
-            s.id, started, model, s.status, s.steps, tokens, cost
+            s.id,
+            started,
+            model,
+            s.status,
+            s.steps,
+            tokens,
+            cost
         );
     }
     Ok(0)
@@ -235,10 +247,10 @@ fn list(store: &Store, json: bool) -> Result<u8, CliError> {
 
 fn show(session: &Session, events: bool) {
     let s = &session.summary;
-    println!("session {}", s.id);
-    println!("  started {} · updated {}", s.created_at, s.updated_at);
-    println!("  model {} · workspace {}", s.model.as_deref().unwrap_or("-"), s.workspace.as_deref().unwrap_or("-"));
-    println!(
+    outln!("session {}", s.id);
+    outln!("  started {} · updated {}", s.created_at, s.updated_at);
+    outln!("  model {} · workspace {}", s.model.as_deref().unwrap_or("-"), s.workspace.as_deref().unwrap_or("-"));
+    outln!(
         "  {} · {} run(s) · {} step(s) · {} tool call(s) · {} in / {} out tokens{} · cost {}",
         s.status,
         s.runs,
@@ -255,25 +267,25 @@ fn show(session: &Session, events: bool) {
     );
     for e in &session.entries {
         match e.kind.as_str() {
-            kind::RUN_START => println!("\n── run {} · {} · {}", e.run, e.data["run_id"].as_str().unwrap_or("?"), e.ts),
+            kind::RUN_START => outln!("\n── run {} · {} · {}", e.run, e.data["run_id"].as_str().unwrap_or("?"), e.ts),
             kind::MESSAGE => match serde_json::from_value::<Message>(e.data.clone()) {
                 Ok(m) => print_message(e.msg_index.unwrap_or(0), &m),
-                Err(err) => println!("  [{}] unreadable item: {err}", e.msg_index.unwrap_or(0)),
+                Err(err) => outln!("  [{}] unreadable item: {err}", e.msg_index.unwrap_or(0)),
             },
             kind::RESPONSE => {
                 if let Some(err) = e.data["error"].as_str() {
-                    println!("  ✗ model error: {}", crate::render::preview(err));
+                    outln!("  ✗ model error: {}", crate::render::preview(err));
                 }
             }
             kind::EVENT if events => {
                 let line = serde_json::to_string(&e.data).ok().and_then(|l| Event::from_json(&l).ok());
                 if let Some(line) = line.as_ref().and_then(crate::render::progress_line) {
-                    println!("  · {}", line.trim_start());
+                    outln!("  · {}", line.trim_start());
                 }
             }
             kind::RUN_END => {
                 let d = &e.data;
-                println!(
+                outln!(
                     "■ {} · {} step(s) · {} tool call(s){}",
                     d["status"].as_str().unwrap_or("?"),
                     d["steps"],
@@ -285,7 +297,7 @@ fn show(session: &Session, events: bool) {
         }
     }
     if s.status == "running" {
-        println!(
+        outln!(
             "(no end recorded: the run is still going, or its process died; `reins run --resume {}` continues it)",
             s.id
         );
@@ -295,20 +307,20 @@ fn show(session: &Session, events: bool) {
 fn print_message(index: u64, m: &Message) {
     use crate::render::preview;
     match m {
-        Message::User { content } => println!("  [{index}] user: {}", preview(content)),
+        Message::User { content } => outln!("  [{index}] user: {}", preview(content)),
         Message::Assistant { content, tool_calls } => {
             if !content.is_empty() || tool_calls.is_empty() {
-                println!("  [{index}] assistant: {}", preview(content));
+                outln!("  [{index}] assistant: {}", preview(content));
             } else {
-                println!("  [{index}] assistant:");
+                outln!("  [{index}] assistant:");
             }
             for c in tool_calls {
-                println!("        → {} {} ({})", c.name, preview(&c.arguments.to_string()), c.id);
+                outln!("        → {} {} ({})", c.name, preview(&c.arguments.to_string()), c.id);
             }
         }
         Message::ToolResult(r) => {
             let mark = if r.is_error { "error" } else { "ok" };
-            println!("  [{index}] ← {} [{mark}] {}", r.call_id, preview(&r.content));
+            outln!("  [{index}] ← {} [{mark}] {}", r.call_id, preview(&r.content));
         }
     }
 }
@@ -395,10 +407,10 @@ pub async fn replay(args: ReplayArgs) -> Result<u8, CliError> {
     let report = reins_store::replay(&session, tools, context).await.map_err(store_err)?;
     drop(scratch);
     if args.json {
-        println!("{}", serde_json::to_string(&report).map_err(|e| CliError::Internal(e.into()))?);
+        outln!("{}", serde_json::to_string(&report).map_err(|e| CliError::Internal(e.into()))?);
     } else {
         match &report.divergence {
-            None => println!(
+            None => outln!(
                 "replay of session {}: identical ({} run(s), {} step(s){})",
                 report.session_id,
                 report.runs,
@@ -412,7 +424,7 @@ pub async fn replay(args: ReplayArgs) -> Result<u8, CliError> {
                     )
                 }
             ),
-            Some(d) => println!("replay of session {}: DIVERGED\n{d}", report.session_id),
+            Some(d) => outln!("replay of session {}: DIVERGED\n{d}", report.session_id),
         }
     }
     Ok(if report.divergence.is_some() { 10 } else { 0 })

@@ -178,9 +178,9 @@ pub fn sandbox_check(args: &SandboxCheckArgs) -> Result<u8, CliError> {
     let support = reins_tools::probe();
     if args.json {
         let v = serde_json::to_value(support).map_err(|e| CliError::Internal(e.into()))?;
-        println!("{v}");
+        outln!("{v}");
     } else {
-        print!("{}", support.render());
+        out!("{}", support.render());
     }
     Ok(0)
 }

@@ -117,6 +117,23 @@ fn a_run_is_recorded_listed_shown_and_exported() {
     assert_eq!(lines[0]["type"], "session");
     assert_eq!(lines.len(), 1 + show["entries"].as_array().unwrap().len());
 
+    // A reader that stops early (`reins sessions show ID | head`): no panic, the command's own exit code.
+    for args in [&["show", id.as_str()][..], &["list"][..], &["export", id.as_str()][..]] {
+        let mut child = reins()
+            .arg("sessions")
+            .args(args)
+            .arg("--store")
+            .arg(dir.store())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && !stderr.contains("panicked"), "{args:?}: {:?} {stderr}", out.status);
+    }
+
     // Unknown ids and --no-store.
     let missing = sessions(&dir, &["show", "nope"]);
     assert_eq!(missing.status.code(), Some(2));

@@ -271,7 +271,7 @@ fn main() {
     emit("store.run_start", f.start, "us/run");
     emit("store.run_finish", f.finish, "us/run");
     // A model that takes 2 ms (still far quicker than a real one): the writer works while it runs.
-    let f = measure(&rt, &store, 300, Some(Duration::from_millis(2)), 5);
+    let f = measure(&rt, &store, 300, Some(Duration::from_millis(2)), 9);
     emit("store.paced.added_per_step", f.with - f.base, "us/step");
     emit("store.paced.record_on_engine_thread", f.record, "us/step");
     emit("store.paced.flush_wait", f.flush, "us/flush");
@@ -286,7 +286,7 @@ fn main() {
     emit("store.power.added_per_step", f.with - f.base, "us/step");
     emit("store.power.flush_wait", f.flush, "us/flush");
     drop(power);
-    let recorded_steps = (STEPS + 1) * REPEATS + 301 * 5;
+    let recorded_steps = (STEPS + 1) * REPEATS + 301 * 9;
     let (base, with) = measure_short(&rt, &store, 200, 10);
     emit("store.short_runs.added_per_step", with - base, "us/step");
     emit("store.short_runs.added_per_run", (with - base) * 11.0, "us/run");

@@ -1,37 +1,13 @@
 //! The `reins` command as a user meets it: a real process, real files, real signals.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-fn reins() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_reins"));
-    // Sessions go to a store of this test process, never the user's own.
-    c.env("REINS_STORE", std::env::temp_dir().join(format!("reins-cli-test-{}.db", std::process::id())));
-    c
-}
-
-struct Dir(PathBuf);
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let p = std::env::temp_dir().join(format!("reins-cli-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Dir(p)
-    }
-    fn file(&self, name: &str, content: &str) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::write(&p, content).unwrap();
-        p
-    }
-}
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::{Dir, reins};
 
 fn run_script(dir: &Dir, script: Value, extra: &[&str]) -> (Output, Option<Value>) {
     let script = dir.file("script.json", &script.to_string());

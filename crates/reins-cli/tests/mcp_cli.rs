@@ -6,12 +6,8 @@ use std::process::{Command, Output};
 
 use serde_json::{Value, json};
 
-fn reins() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_reins"));
-    // Runs record into a store of the tests' own, never the user's.
-    c.env("REINS_STORE", std::env::temp_dir().join(format!("reins-cli-test-{}.db", std::process::id())));
-    c
-}
+mod common;
+use common::reins;
 
 fn python() -> PathBuf {
     let cache = std::env::var_os("REINS_CI_CACHE")

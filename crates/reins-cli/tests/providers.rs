@@ -4,11 +4,13 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::mpsc;
 use std::thread;
 
 use serde_json::Value;
+
+mod common;
 
 fn fixture(path: &str) -> String {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../reins-providers/tests/fixtures").join(path);
@@ -54,10 +56,8 @@ fn serve_once(content_type: &'static str, body: String) -> (String, mpsc::Receiv
 }
 
 fn reins(args: &[&str], envs: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_reins"));
+    let mut cmd = common::reins();
     cmd.args(args).env_remove("OPENAI_API_KEY").env_remove("ANTHROPIC_API_KEY");
-    // Runs record into a store of the tests' own, never the user's.
-    cmd.env("REINS_STORE", std::env::temp_dir().join(format!("reins-cli-test-{}.db", std::process::id())));
     for (k, v) in envs {
         cmd.env(k, v);
     }

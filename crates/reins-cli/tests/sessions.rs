@@ -1,39 +1,15 @@
 //! Sessions through the `reins` binary: recording, listing, showing, exporting, resuming after SIGKILL,
 //! replay and its divergence report, damaged stores.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use reins::{CharCounter, Message, Transcript};
 use serde_json::{Value, json};
 
-fn reins() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_reins"))
-}
-
-struct Dir(PathBuf);
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let p = std::env::temp_dir().join(format!("reins-sessions-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Dir(p)
-    }
-    fn file(&self, name: &str, content: &str) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::write(&p, content).unwrap();
-        p
-    }
-    fn store(&self) -> PathBuf {
-        self.0.join("sessions.db")
-    }
-}
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::{Dir, reins};
 
 fn run(dir: &Dir, script: &Value, extra: &[&str]) -> (Output, Value) {
     let script = dir.file("script.json", &script.to_string());

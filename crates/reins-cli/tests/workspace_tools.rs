@@ -1,16 +1,12 @@
 //! `reins run --workspace/--preset/--config` and `reins sandbox-check`, as a user meets them.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::{Value, json};
 
-fn reins() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_reins"));
-    // Sessions go to a store of this test process, never the user's own.
-    c.env("REINS_STORE", std::env::temp_dir().join(format!("reins-cli-test-{}.db", std::process::id())));
-    c
-}
+mod common;
+use common::reins;
 
 fn run(dir: &Path, script: Value, extra: &[&str]) -> (Output, Option<Value>) {
     let script_file = dir.join("script.json");

@@ -133,8 +133,8 @@ impl Shared {
     /// Writes every pending entry as one chunk, in one transaction. The first failure sticks: later writes
     /// report it.
     fn write_pending(&self) -> Result<(), String> {
-        let mut conn = self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some(conn) = conn.as_mut() else {
+        let conn = self.conn.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(conn) = conn.as_ref() else {
             return Err(format!("the log of session {} is closed", self.session_id));
         };
         let (chunk, at, written) = {
@@ -172,12 +172,7 @@ impl Shared {
 
 /// Writes `chunk` and, when it ends the run, folds the run's totals into the session's counters, in one
 /// transaction. `Ok(Ok(false))`: a later run owns the session.
-fn write(
-    conn: &mut Connection,
-    at: &Placement,
-    chunk: &Chunk,
-    written: Delta,
-) -> rusqlite::Result<Result<bool, String>> {
+fn write(conn: &Connection, at: &Placement, chunk: &Chunk, written: Delta) -> rusqlite::Result<Result<bool, String>> {
     chunk::write_transaction(conn, |tx| {
         match chunk::append(tx, at, chunk)? {
             Ok(true) => {}
@@ -199,9 +194,7 @@ pub struct RunLog {
     session_id: String,
     recorded: usize,
     shared: Arc<Shared>,
-    failed: Mutex<Option<String>>,
     prices: Option<Prices>,
-    queue: usize,
 }
 
 impl Drop for RunLog {
@@ -250,8 +243,9 @@ impl RunLog {
         let len = {
             let mut p = self.shared.lock_pending();
             if let Err(e) = p.chunk.push(kind, msg_index, write) {
-                drop(p);
-                return self.fail(format!("cannot serialize {}: {e}", what()));
+                // Sticks like a write failure: nothing more is written, the next flush reports it.
+                p.error.get_or_insert_with(|| format!("cannot serialize {}: {e}", what()));
+                return;
             }
             p.chunk.delta.add(delta);
             if let Some(i) = msg_index {
@@ -259,32 +253,19 @@ impl RunLog {
             }
             usize::try_from(p.chunk.entries).unwrap_or(usize::MAX)
         };
-        if len >= self.queue {
+        let queue = self.shared.queue;
+        if len >= queue {
             // The queue is full: the background writer takes it now; far beyond, the run waits
-            // (backpressure, never loss).
+            // (backpressure, never loss). A failure sticks and the next flush reports it.
             self.shared.wake.notify_all();
-            if len >= self.queue.saturating_mul(4) {
-                if let Err(e) = blocking(|| self.shared.write_pending()) {
-                    self.fail(e);
-                }
+            if len >= queue.saturating_mul(4) {
+                let _ = blocking(|| self.shared.write_pending());
             }
         }
     }
 
-    fn fail(&self, msg: String) {
-        if let Ok(mut f) = self.failed.lock() {
-            f.get_or_insert(msg);
-        }
-    }
-
-    fn failure(&self) -> Option<String> {
-        self.failed.lock().ok().and_then(|f| f.clone())
-    }
-
+    /// Writes everything recorded; the first failure of the log (writing or serializing) sticks.
     async fn wait(&self) -> Result<(), JournalError> {
-        if let Some(e) = self.failure() {
-            return Err(JournalError(e));
-        }
         let result = blocking(|| self.shared.write_pending());
         // Every so many flushes (over all runs of the store), this run's writer checkpoints.
         if self.shared.flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 >= CHECKPOINT_EVERY {
@@ -292,10 +273,7 @@ impl RunLog {
             self.shared.lock_pending().checkpoint_due = true;
             self.shared.wake.notify_all();
         }
-        result.map_err(|e| {
-            self.fail(e.clone());
-            JournalError(e)
-        })
+        result.map_err(JournalError)
     }
 }
 
@@ -440,14 +418,7 @@ impl Journal for SessionJournal {
         self.store
             .in_background(Box::new(move || writer(store, background)))
             .map_err(|e| JournalError(format!("cannot start the writer thread: {e}")))?;
-        Ok(Arc::new(RunLog {
-            session_id: shared.session_id.clone(),
-            recorded,
-            shared,
-            failed: Mutex::new(None),
-            prices: self.meta.prices,
-            queue: self.store.options().queue.max(1),
-        }))
+        Ok(Arc::new(RunLog { session_id: shared.session_id.clone(), recorded, shared, prices: self.meta.prices }))
     }
 }
 

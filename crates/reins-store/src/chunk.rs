@@ -1,8 +1,8 @@
 //! The log's rows. Each flush appends one row — a *chunk* — holding the entries recorded since the
 //! previous one as JSON lines (`{"kind", "msg_index"?, "data"}`; they share the chunk's time, when it was
-//! written, unless a line carries its own `ts`), with the counters they move. A
-//! chunk's id is `(session key << 32) | seq of its first entry`: the rows of one session are one range of
-//! the table's own key, so appending needs no index and reading a session is one range scan.
+//! written, unless a line carries its own `ts`), with the counters they move. A chunk's id is
+//! `(session key << 32) | seq of its first entry`: the rows of one session are one range of the table's
+//! own key, so appending needs no index and reading a session is one range scan.
 
 use std::io::Write as _;
 

@@ -390,8 +390,7 @@ impl Agent {
                     // The proposed calls are durable before any of them runs: after a crash mid-batch a
                     // resume sees them without results, and no side effect is silently repeated. A batch
                     // whose calls are all refused runs nothing and needs no such wait.
-                    let runs_any = batch.iter().any(|p| matches!(p.plan, Plan::Run));
-                    if let Some(j) = journal.as_ref().filter(|_| runs_any) {
+                    if let Some(j) = journal.as_ref().filter(|_| batch.iter().any(|p| matches!(p.plan, Plan::Run))) {
                         if let Err(e) = j.flush().await {
                             run_cancel.cancel();
                             state.interrupt(Status::Aborted, e.to_string(), &self.context);

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use reins::{FinishReason, Message, ModelRequest, ModelResponse, ToolCall, Usage};
 use serde_json::{Map, Value, json};
 
-use crate::provider::{Settings, ToolChoice};
+use crate::provider::Settings;
 use crate::sse::SseEvent;
 use crate::wire::{
     Emit, FailKind, Failure, arguments_text, count, error_object, event_json, parse_arguments, schema_object, str_at,
@@ -48,17 +48,8 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
             })
             .collect::<Vec<_>>();
         b.insert("tools".into(), tools.into());
-        match &s.tool_choice {
-            ToolChoice::Auto => {}
-            ToolChoice::Required => {
-                b.insert("tool_choice".into(), "required".into());
-            }
-            ToolChoice::None => {
-                b.insert("tool_choice".into(), "none".into());
-            }
-            ToolChoice::Tool(name) => {
-                b.insert("tool_choice".into(), json!({"type": "function", "name": name}));
-            }
+        if let Some(choice) = s.tool_choice.openai(|name| json!({"type": "function", "name": name})) {
+            b.insert("tool_choice".into(), choice);
         }
     }
     if let Some(n) = s.max_output_tokens {

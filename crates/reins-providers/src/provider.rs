@@ -98,6 +98,19 @@ pub enum ToolChoice {
     Tool(String),
 }
 
+impl ToolChoice {
+    /// The OpenAI `tool_choice` value (Responses and Chat Completions alike), or `None` for `Auto` (the
+    /// default, left out). `named` gives the adapter's shape for one named tool.
+    pub(crate) fn openai(&self, named: impl FnOnce(&str) -> serde_json::Value) -> Option<serde_json::Value> {
+        match self {
+            ToolChoice::Auto => None,
+            ToolChoice::Required => Some("required".into()),
+            ToolChoice::None => Some("none".into()),
+            ToolChoice::Tool(name) => Some(named(name)),
+        }
+    }
+}
+
 /// Why a provider could not be configured.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ProviderError {

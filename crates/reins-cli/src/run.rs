@@ -43,7 +43,8 @@ pub struct RunArgs {
     /// The context budget in tokens (o200k_base tokenizer).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_context_tokens: Option<u64>,
-    /// Each tool result is cut to this many characters before it is recorded.
+    /// Each tool result is cut to this many characters before it is recorded (head, a marker saying how
+    /// many were omitted, tail; the marker is compact under small limits).
     #[arg(long, default_value_t = 32_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_tool_result_chars: u64,
     /// The most input tokens over the run (from reported usage).

@@ -242,3 +242,19 @@ fn a_long_scripted_run_recovers_from_invalid_calls() {
     assert_eq!(errors, 15);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "finished");
 }
+
+#[test]
+fn a_result_cut_to_ten_characters_still_carries_a_marker() {
+    let dir = Dir::new("tiny-results");
+    let text = "0123456789".repeat(50);
+    let script = json!([
+        {"tool_calls": [{"id": "1", "name": "echo", "arguments": {"text": text}}]},
+        {"content": "done"}
+    ]);
+    let (out, outcome) = run_script(&dir, script, &["--test-tools", "--no-store", "--max-tool-result-chars", "10"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let result = outcome.unwrap()["messages"][2]["content"].as_str().unwrap().to_owned();
+    assert!(result.chars().count() <= 10, "{result:?}");
+    // Head, the compact marker with exactly how many characters were left out, tail.
+    assert_eq!(result, "012[…496]9");
+}

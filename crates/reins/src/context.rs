@@ -111,19 +111,29 @@ impl std::fmt::Debug for ContextConfig {
 #[error("{0}")]
 pub struct ContextError(pub String);
 
-fn marker(omitted: usize) -> String {
-    format!("\n[… {omitted} characters omitted …]\n")
+/// The markers a cut text carries, widest first: the full one, then compact ones for small limits. Each
+/// says exactly how many characters were left out.
+fn marker(form: usize, omitted: usize) -> String {
+    match form {
+        0 => format!("\n[… {omitted} characters omitted …]\n"),
+        1 => format!("[…{omitted} omitted]"),
+        _ => format!("[…{omitted}]"),
+    }
 }
 
 /// Bounds `text` to at most `max_chars` Unicode scalar values: the head, a marker that says exactly how
-/// many characters were left out, and the tail. Never splits a character. Below the marker's own length
-/// (about 40) only the head is kept.
+/// many characters were left out, and the tail. Never splits a character, never returns more than
+/// `max_chars`, and a cut text always carries a marker: `\n[… N characters omitted …]\n` where it fits,
+/// then the compact `[…N omitted]` and `[…N]` under small limits, and below those (a limit of a few
+/// characters) the head and a final `…`. Only a limit of 0 gives an empty text.
 ///
 /// ```
 /// let s = "a".repeat(100);
 /// let b = reins::bound_text(&s, 60);
 /// assert!(b.chars().count() <= 60);
 /// assert!(b.contains("characters omitted"));
+/// assert_eq!(reins::bound_text(&s, 10), "aaa[…96]a");
+/// assert_eq!(reins::bound_text(&s, 3), "aa…");
 /// assert_eq!(reins::bound_text("short", 60), "short");
 /// ```
 pub fn bound_text(text: &str, max_chars: usize) -> String {
@@ -135,10 +145,21 @@ pub fn bound_text(text: &str, max_chars: usize) -> String {
     if total <= max_chars {
         return text.to_owned();
     }
-    let widest = marker(total).chars().count();
-    if max_chars < widest + 2 {
-        return text.chars().take(max_chars).collect();
-    }
+    // The widest marker that leaves room for two kept characters (the last one: for none). Measured with
+    // `total`, which has at least as many digits as the count omitted, so the result stays within the limit.
+    let fits = |form: usize| {
+        let widest = marker(form, total).chars().count();
+        let room = if form == 2 { widest } else { widest + 2 };
+        (max_chars >= room).then_some(widest)
+    };
+    let Some((form, widest)) = (0..3).find_map(|form| fits(form).map(|w| (form, w))) else {
+        if max_chars == 0 {
+            return String::new();
+        }
+        let mut out: String = text.chars().take(max_chars - 1).collect();
+        out.push('…');
+        return out;
+    };
     let keep = max_chars - widest;
     let tail_len = keep / 3;
     let head_len = keep - tail_len;
@@ -151,7 +172,7 @@ pub fn bound_text(text: &str, max_chars: usize) -> String {
     };
     let mut out = String::with_capacity(head_end + (text.len() - tail_start) + widest + 8);
     out.push_str(&text[..head_end]);
-    out.push_str(&marker(omitted));
+    out.push_str(&marker(form, omitted));
     out.push_str(&text[tail_start..]);
     out
 }

@@ -12,17 +12,34 @@ use serde_json::json;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
-fn marker_count(s: &str) -> Option<usize> {
-    let start = s.find("[… ")? + "[… ".len();
-    let end = s[start..].find(" characters omitted")? + start;
-    s[start..end].parse().ok()
+/// The markers of a cut text, widest first, as (before the count, after it).
+const MARKERS: [(&str, &str); 3] = [("\n[… ", " characters omitted …]\n"), ("[…", " omitted]"), ("[…", "]")];
+
+/// Reads `out` as a cut of `text`: head + marker + tail, where the marker says exactly how many characters
+/// were left out. Returns which marker (0 = the full one) and the count.
+fn read_cut(text: &str, out: &str) -> Option<(usize, usize)> {
+    let total = text.chars().count();
+    let chars: Vec<(usize, char)> = out.char_indices().collect();
+    for (form, (before, after)) in MARKERS.iter().enumerate() {
+        for (h, &(at, _)) in chars.iter().enumerate() {
+            let Some(rest) = out[at..].strip_prefix(before) else { continue };
+            let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+            let Ok(omitted) = rest[..digits].parse::<usize>() else { continue };
+            let Some(tail) = rest[digits..].strip_prefix(after) else { continue };
+            let (head, tail_chars) = (&out[..at], tail.chars().count());
+            if h + tail_chars + omitted == total && text.starts_with(head) && text.ends_with(tail) {
+                return Some((form, omitted));
+            }
+        }
+    }
+    None
 }
 
 proptest! {
     #[test]
     fn bounding_never_exceeds_the_limit_and_says_exactly_what_was_omitted(
-        text in "(\\PC|[é漢😀\n]){0,400}",
-        limit in 1usize..300,
+        text in "(\\PC|[é漢😀\n\\[…\\]0-9]){0,400}",
+        limit in 0usize..300,
     ) {
         let out = bound_text(&text, limit);
         let total = text.chars().count();
@@ -30,18 +47,32 @@ proptest! {
         prop_assert!(n <= limit, "{n} > {limit}");
         if total <= limit {
             prop_assert_eq!(&out, &text);
-        } else if let Some(omitted) = marker_count(&out) {
-            // head + marker + tail: what is kept plus what is omitted is the whole text.
-            let marker = format!("\n[… {omitted} characters omitted …]\n");
-            let kept = n - marker.chars().count();
-            prop_assert_eq!(kept + omitted, total);
-            let (head, tail) = out.split_once(&marker).unwrap();
-            prop_assert!(text.starts_with(head));
-            prop_assert!(text.ends_with(tail));
+        } else if limit == 0 {
+            prop_assert_eq!(out, "");
+        } else if let Some((form, _)) = read_cut(&text, &out) {
+            // The widest marker that leaves two characters of the text is the one used.
+            let full = format!("\n[… {total} characters omitted …]\n").chars().count();
+            prop_assert_eq!(form == 0, limit >= full + 2, "marker {} at limit {}", form, limit);
         } else {
-            prop_assert!(text.starts_with(&out), "below the marker's length only the head is kept");
+            // Too small even for `[…N]`: the head and a final ellipsis, which still says it was cut.
+            let compact = format!("[…{total}]").chars().count();
+            prop_assert!(limit < compact, "no marker at limit {limit}: {out:?}");
+            let head: String = text.chars().take(limit - 1).collect();
+            prop_assert_eq!(out, format!("{head}…"));
         }
     }
+}
+
+#[test]
+fn a_cut_result_carries_a_marker_at_any_limit() {
+    let text = "0123456789".repeat(100);
+    for limit in 1..=60 {
+        let out = bound_text(&text, limit);
+        assert!(out.chars().count() <= limit, "{limit}: {out:?}");
+        assert!(out.ends_with('…') || read_cut(&text, &out).is_some(), "{limit}: no marker in {out:?}");
+    }
+    assert_eq!(bound_text(&text, 10), "01[…997]9");
+    assert_eq!(read_cut(&text, &bound_text(&text, 30)), Some((1, 1000 - 30 + "[…1000 omitted]".chars().count())));
 }
 
 #[test]
@@ -49,7 +80,7 @@ fn bounding_cuts_on_character_boundaries() {
     let s = "é".repeat(500);
     let b = bound_text(&s, 100);
     assert!(b.chars().count() <= 100);
-    assert_eq!(marker_count(&b), Some(500 - (100 - "\n[… 500 characters omitted …]\n".chars().count())));
+    assert_eq!(read_cut(&s, &b).map(|c| c.1), Some(500 - (100 - "\n[… 500 characters omitted …]\n".chars().count())));
 }
 
 fn transcript(groups: usize) -> Transcript {
@@ -194,4 +225,18 @@ fn the_tiktoken_counter_counts_tokens() {
     assert!(n > 0 && n < 24);
     let (b, size) = reins::bound_to_units(&"word ".repeat(2000), 100, &c);
     assert!(size <= 100 && c.count(&b) == size);
+}
+
+#[tokio::test]
+async fn a_result_cut_to_ten_characters_still_says_it_was_cut() {
+    let runs = Runs::default();
+    let text = "z".repeat(10_000);
+    let model = scripted(vec![calls(vec![echo_call("1", &text)]), answer("ok")]);
+    let ctx = ContextConfig { max_tool_result_chars: Some(10), ..ContextConfig::default() };
+    let agent = agent_with(model, &runs, Limits::default()).context(ctx).build().unwrap();
+    let o = run(&agent).await;
+    let Message::ToolResult(r) = &o.messages[2] else { panic!() };
+    assert!(r.content.chars().count() <= 10, "{:?}", r.content);
+    assert_eq!(read_cut(&text, &r.content), Some((2, 10_000 - 2)), "{:?}", r.content);
+    assert_eq!(r.content, "zz[…9998]");
 }

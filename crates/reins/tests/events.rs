@@ -120,3 +120,88 @@ async fn a_limit_hit_is_an_event_before_run_end() {
     assert!(matches!(events[n - 2].kind, EventKind::LimitHit { status: Status::ToolLimit, .. }));
     assert!(matches!(events[n - 1].kind, EventKind::RunEnd { status: Status::ToolLimit, .. }));
 }
+
+/// When a tool's call began and ended (completed, or dropped when the run cut it short).
+#[derive(Clone, Default)]
+struct Ran(Arc<Mutex<(Option<std::time::Instant>, Option<std::time::Instant>)>>, Arc<tokio::sync::Notify>);
+
+impl Ran {
+    fn millis(&self) -> f64 {
+        let (a, b) = *self.0.lock().unwrap();
+        (b.expect("the call ended") - a.expect("the call began")).as_secs_f64() * 1000.0
+    }
+}
+
+/// A tool that waits ten seconds (ignoring its cancellation token, like a blocking call would) and notes
+/// when it began and when it ended.
+fn long_tool(ran: &Ran) -> reins::FnTool {
+    let ran = ran.clone();
+    reins::FnTool::new("long", "Waits.", serde_json::json!({"type": "object"}), move |_args, _ctx| {
+        let ran = ran.clone();
+        async move {
+            struct Ended(Ran);
+            impl Drop for Ended {
+                fn drop(&mut self) {
+                    self.0.0.lock().unwrap().1 = Some(std::time::Instant::now());
+                }
+            }
+            ran.0.lock().unwrap().0 = Some(std::time::Instant::now());
+            let _ended = Ended(ran.clone());
+            ran.1.notify_one();
+            tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+            Ok(reins::ToolOutput::Text("done".into()))
+        }
+    })
+}
+
+#[tokio::test]
+async fn a_call_cut_short_reports_the_time_it_ran() {
+    use std::time::Duration;
+    // Cancelled by the caller, cut by the run's deadline, and timed out by the per-tool timeout.
+    for case in ["cancelled", "deadline", "tool_timeout"] {
+        let ran = Ran::default();
+        let model = scripted(vec![calls(vec![call("1", "long", serde_json::json!({}))]), answer("ok")]);
+        let limits = match case {
+            "deadline" => Limits { timeout: Some(Duration::from_millis(300)), ..Limits::default() },
+            "tool_timeout" => Limits { tool_timeout: Some(Duration::from_millis(300)), ..Limits::default() },
+            _ => Limits::default(),
+        };
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let agent = reins::Agent::builder_shared(model)
+            .registry(reins::Registry::builder().tool(long_tool(&ran)).build().unwrap())
+            .limits(limits)
+            .observer(collect(&events))
+            .build()
+            .unwrap();
+        let cancel = tokio_util::sync::CancellationToken::new();
+        if case == "cancelled" {
+            let (cancel, started) = (cancel.clone(), ran.1.clone());
+            tokio::spawn(async move {
+                started.notified().await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                cancel.cancel();
+            });
+        }
+        let o = agent.run("go", cancel).await;
+        let expected = match case {
+            "cancelled" => Status::Aborted,
+            "deadline" => Status::Timeout,
+            _ => Status::Completed,
+        };
+        is_status(&o, expected);
+        let duration = events
+            .lock()
+            .unwrap()
+            .iter()
+            .find_map(|e| match &e.kind {
+                EventKind::ToolEnd { is_error: true, duration_ms, .. } => Some(*duration_ms),
+                _ => None,
+            })
+            .expect("a tool_end with an error");
+        let ran = ran.millis();
+        assert!(duration >= ran, "{case}: tool_end says {duration} ms, the call ran {ran} ms");
+        if case != "deadline" {
+            assert!(duration >= 300.0, "{case}: {duration} ms");
+        }
+    }
+}

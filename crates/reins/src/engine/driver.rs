@@ -131,6 +131,8 @@ impl AgentBuilder {
 struct Slot {
     started: bool,
     reported: bool,
+    /// When the call began running: a call the batch's interruption cut short ran until then.
+    began: Option<Instant>,
     elapsed: Duration,
     result: Option<CallResult>,
 }
@@ -429,15 +431,16 @@ impl Agent {
                                 arguments: emitter.include_content.then(|| p.call.arguments.clone()),
                             });
                         }
-                        let (content, is_error) = match &slot.result {
-                            Some(r) => (r.content.clone(), r.is_error),
-                            None => (unfinished.clone(), true),
+                        let (content, is_error, elapsed) = match &slot.result {
+                            Some(r) => (r.content.clone(), r.is_error, slot.elapsed),
+                            // Cut short: it ran from its start until now.
+                            None => (unfinished.clone(), true, slot.began.map_or(slot.elapsed, |t| t.elapsed())),
                         };
                         emitter.emit(EventKind::ToolEnd {
                             call_id: p.call.id.clone(),
                             name: p.call.name.clone(),
                             is_error,
-                            duration_ms: ms(slot.elapsed),
+                            duration_ms: ms(elapsed),
                             content: emitter.include_content.then_some(content),
                         });
                     }
@@ -527,12 +530,14 @@ impl Agent {
                 // One call at a time (the common case): no join machinery.
                 let (p, slot) = (&batch[i], &mut slots[i]);
                 let t0 = Instant::now();
+                slot.began = Some(t0);
                 let result = self.run_call(registry, p, run_cancel).await;
                 slot.elapsed = t0.elapsed();
                 slot.result = Some(result);
             } else {
                 join_all(batch[i..j].iter().zip(slots[i..j].iter_mut()).map(|(p, slot)| async move {
                     let t0 = Instant::now();
+                    slot.began = Some(t0);
                     let result = self.run_call(registry, p, run_cancel).await;
                     slot.elapsed = t0.elapsed();
                     slot.result = Some(result);

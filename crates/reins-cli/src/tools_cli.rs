@@ -63,7 +63,7 @@ pub struct ToolsConfig {
 pub struct WorkspaceSection {
     /// The root, relative to the config file (the `--workspace` flag overrides it).
     pub path: Option<PathBuf>,
-    /// Protected-path globs (default: `.git`, `**/.git`); replaces the default list.
+    /// Protected-path globs, added to the defaults (`.git`, `**/.git`), which always apply.
     pub protected: Option<Vec<String>>,
     /// The most bytes `read_file` loads.
     pub max_read_bytes: Option<u64>,

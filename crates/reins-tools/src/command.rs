@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::output::{CappedBuffer, DEFAULT_OUTPUT_CAP};
 use crate::sandbox::{self, PreparedSandbox, SandboxError, SandboxMode, SandboxRequest};
-use crate::workspace::{RelPath, Workspace};
+use crate::workspace::{PROTECTED_SCAN_LIMIT, ProtectedScan, RelPath, Workspace, display_name};
 
 /// The default command timeout.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -304,6 +304,11 @@ pub struct CommandOutcome {
     pub duration_ms: u64,
     /// What isolation applied.
     pub sandbox: String,
+    /// Protected paths that did not exist when the command started and did after it, each removed again
+    /// (or with the reason it could not be); a non-empty list makes `run_command` an error.
+    pub protected_created: Vec<String>,
+    /// False when the protected-path check could not look at the whole workspace (entry or depth limit).
+    pub protected_check_complete: bool,
 }
 
 impl CommandOutcome {
@@ -328,6 +333,17 @@ impl CommandOutcome {
         }
         if self.stderr_dropped > 0 {
             out.push_str(&format!("[{} bytes of stderr dropped]\n", self.stderr_dropped));
+        }
+        if !self.protected_created.is_empty() {
+            out.push_str(&format!(
+                "[the command created protected paths, which were removed: {}]\n",
+                self.protected_created.join(", ")
+            ));
+        }
+        if !self.protected_check_complete {
+            out.push_str(
+                "[the protected-path check stopped at its entry or depth limit; not every path was checked]\n",
+            );
         }
         out.push_str(&format!("[{} ms; sandbox: {}]", self.duration_ms, self.sandbox));
         out
@@ -508,14 +524,22 @@ impl CommandRunner {
             .ws
             .open_dir(&compiled.cwd)
             .map_err(|e| CommandError::Cwd { name: name.to_owned(), message: e.to_string() })?;
+        // Protected paths that exist now; any that exist only after the command are its doing, and are removed.
+        // If this future is dropped (a tool timeout), the guard does the check when it is dropped, after the
+        // group guard (declared later, so dropped first) killed the command.
+        let mut protected_guard =
+            ProtectedGuard { ws: self.ws.clone(), before: scan_protected(&self.ws).await, armed: false };
+        let before = &protected_guard.before;
         let tmp = TempDir::create()
             .map_err(|e| CommandError::Spawn { name: name.to_owned(), message: format!("temporary directory: {e}") })?;
 
         let mut prepared = match self.config.sandbox {
             SandboxMode::Off => None,
-            mode => Some(sandbox::prepare(
+            mode => Some(sandbox::prepare_scanned(
                 &SandboxRequest { workspace: self.ws.clone(), writable: vec![tmp.0.clone()], network: preset.network },
                 mode,
+                sandbox::probe(),
+                before,
             )?),
         };
         let summary = prepared.as_ref().map(PreparedSandbox::summary).unwrap_or_else(|| "off".to_owned());
@@ -558,6 +582,7 @@ impl CommandRunner {
         let mut child =
             cmd.spawn().map_err(|e| CommandError::Spawn { name: name.to_owned(), message: spawn_message(&e) })?;
         drop(cwd_fd);
+        protected_guard.armed = true;
         let pgid = child.id().map(|p| p as i32);
         let mut guard = GroupGuard { pgid };
         let out_buf = Arc::new(Mutex::new(CappedBuffer::new(cap)));
@@ -605,6 +630,10 @@ impl CommandRunner {
             readers.abort_all();
         }
         let duration_ms = started.elapsed().as_millis() as u64;
+        protected_guard.armed = false;
+        let before = &protected_guard.before;
+        let after = scan_protected(&self.ws).await;
+        let protected_created = remove_created(&self.ws, before, &after).await;
         let (stdout, stdout_dropped) = snapshot(&out_buf);
         let (stderr, stderr_dropped) = snapshot(&err_buf);
         drop(tmp);
@@ -617,6 +646,8 @@ impl CommandRunner {
             stderr_dropped,
             duration_ms,
             sandbox: summary,
+            protected_created,
+            protected_check_complete: before.complete && after.complete,
         })
     }
 
@@ -650,6 +681,54 @@ impl CommandRunner {
             .collect();
         if errors.is_empty() { Ok(()) } else { Err(refuse(errors.join("; "))) }
     }
+}
+
+/// Checks for protected paths created by a command whose run was dropped before it could check itself.
+struct ProtectedGuard {
+    ws: Arc<Workspace>,
+    before: ProtectedScan,
+    armed: bool,
+}
+
+impl Drop for ProtectedGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            let after = self.ws.protected_scan(PROTECTED_SCAN_LIMIT);
+            for p in after.paths.difference(&self.before.paths) {
+                let _ = self.ws.remove_tree(p);
+            }
+        }
+    }
+}
+
+/// The workspace's protected entries, scanned off the async threads.
+async fn scan_protected(ws: &Arc<Workspace>) -> ProtectedScan {
+    let ws = ws.clone();
+    tokio::task::spawn_blocking(move || ws.protected_scan(PROTECTED_SCAN_LIMIT))
+        .await
+        .unwrap_or_else(|_| ProtectedScan { complete: false, ..ProtectedScan::default() })
+}
+
+/// Removes the protected entries in `after` that were not in `before`; returns them for the result, each with
+/// the reason when it could not be removed.
+async fn remove_created(ws: &Arc<Workspace>, before: &ProtectedScan, after: &ProtectedScan) -> Vec<String> {
+    let created: Vec<Vec<u8>> = after.paths.difference(&before.paths).cloned().collect();
+    if created.is_empty() {
+        return Vec::new();
+    }
+    let ws = ws.clone();
+    let shown: Vec<String> = created.iter().map(|p| format!("`{}`", display_name(p))).collect();
+    tokio::task::spawn_blocking(move || {
+        created
+            .iter()
+            .map(|p| match ws.remove_tree(p) {
+                Ok(()) => format!("`{}`", display_name(p)),
+                Err(e) => format!("`{}` (NOT removed: {e})", display_name(p)),
+            })
+            .collect()
+    })
+    .await
+    .unwrap_or_else(|_| shown.into_iter().map(|s| format!("{s} (NOT removed: the removal stopped)")).collect())
 }
 
 fn env_pattern_matches(pattern: &str, name: &str) -> bool {
@@ -752,6 +831,12 @@ impl Tool for RunCommand {
         let args: RunArgs =
             serde_json::from_value(arguments).map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
         match self.runner.run(&args.command, &args.args, &ctx.cancel).await {
+            Ok(outcome) if !outcome.protected_created.is_empty() => Err(ToolError::Failed(format!(
+                "command `{}` created protected paths, which may not be written; they were removed: {}\n{}",
+                outcome.command,
+                outcome.protected_created.join(", "),
+                outcome.render()
+            ))),
             Ok(outcome) => match outcome.termination {
                 Termination::Cancelled => Err(ToolError::Cancelled),
                 Termination::TimedOut => {

@@ -19,6 +19,11 @@ fn path_arg(path: &str) -> Result<RelPath, ToolError> {
     RelPath::parse(path).map_err(|e| ToolError::InvalidArguments(e.to_string()))
 }
 
+/// The path of a file: a trailing `/` (a directory) is refused.
+fn file_arg(path: &str) -> Result<RelPath, ToolError> {
+    RelPath::parse_file(path).map_err(|e| ToolError::InvalidArguments(e.to_string()))
+}
+
 fn failed(e: WorkspaceError) -> ToolError {
     ToolError::Failed(e.to_string())
 }
@@ -55,7 +60,7 @@ impl TypedTool for ReadFile {
     const PARALLEL_SAFE: bool = true;
 
     async fn run(&self, args: ReadFileArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        let path = path_arg(&args.path)?;
+        let path = file_arg(&args.path)?;
         let range = match (args.start_line, args.end_line) {
             (None, None) => None,
             (Some(s), e) => Some((s, e)),
@@ -87,7 +92,7 @@ impl TypedTool for WriteFile {
         written.";
 
     async fn run(&self, args: WriteFileArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        let path = path_arg(&args.path)?;
+        let path = file_arg(&args.path)?;
         let ws = self.0.clone();
         blocking(move || {
             let r = ws.write(&path, args.content.as_bytes()).map_err(failed)?;
@@ -124,7 +129,7 @@ impl TypedTool for EditFile {
         exactly `expected_count` times (default 1), otherwise nothing changes. Written atomically.";
 
     async fn run(&self, args: EditFileArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        let path = path_arg(&args.path)?;
+        let path = file_arg(&args.path)?;
         let ws = self.0.clone();
         blocking(move || {
             let n = ws.edit(&path, &args.old_text, &args.new_text, args.expected_count.unwrap_or(1)).map_err(failed)?;

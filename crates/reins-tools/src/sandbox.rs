@@ -9,6 +9,9 @@
 //!   unconfigured loopback. In the mount namespace every protected path that exists (e.g. `.git`) is
 //!   bind-mounted read-only, which is how protected paths stay read-only while the rest of the workspace is
 //!   writable. (No PID namespace: the executed program itself cannot enter one without an extra init process.)
+//!   A protected path that does not exist yet cannot be mounted over, and Landlock has no deny rules, so the
+//!   command runner ([`crate::command`]) scans for protected paths before and after each command and removes
+//!   any the command created, reporting the call as an error.
 //! - **seccomp**: denies `ptrace`, `process_vm_readv/writev`, `io_uring_*`, every mount-changing call, and —
 //!   without network — `socket` for every family but `AF_UNIX`.
 //!
@@ -25,7 +28,7 @@ use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
-use crate::workspace::{RelPath, Workspace};
+use crate::workspace::{PROTECTED_SCAN_LIMIT, ProtectedScan, Workspace};
 
 /// How much isolation a command must get.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -175,22 +178,9 @@ fn cstring(p: &std::path::Path) -> Result<CString, SandboxError> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| SandboxError::Setup("a path contains NUL".into()))
 }
 
-/// Protected paths that exist now (the top-most matching entries, up to depth 4), as host paths.
-fn existing_protected(ws: &Workspace) -> Vec<PathBuf> {
-    let Ok(listing) = ws.list(&RelPath::root(), 4, 20_000) else { return Vec::new() };
-    let mut out: Vec<PathBuf> = Vec::new();
-    let mut taken: Vec<String> = Vec::new();
-    for e in listing.entries {
-        if taken.iter().any(|t| e.path.starts_with(&format!("{t}/"))) {
-            continue;
-        }
-        let Ok(rel) = RelPath::parse(&e.path) else { continue };
-        if ws.is_protected(&rel) {
-            out.push(ws.host_root().join(&e.path));
-            taken.push(e.path);
-        }
-    }
-    out
+/// The host paths of the protected entries in `scan`.
+fn host_paths(ws: &Workspace, scan: &ProtectedScan) -> Vec<PathBuf> {
+    scan.paths.iter().map(|p| ws.host_root().join(std::ffi::OsStr::from_bytes(p))).collect()
 }
 
 fn mount_flags(path: &std::path::Path) -> libc::c_ulong {
@@ -224,8 +214,20 @@ pub fn prepare_with(
     mode: SandboxMode,
     support: &SandboxSupport,
 ) -> Result<PreparedSandbox, SandboxError> {
+    let scan = req.workspace.protected_scan(PROTECTED_SCAN_LIMIT);
+    prepare_scanned(req, mode, support, &scan)
+}
+
+/// [`prepare_with`] over a protected-path scan the caller already made (the command runner compares it with
+/// the scan after the command).
+pub(crate) fn prepare_scanned(
+    req: &SandboxRequest,
+    mode: SandboxMode,
+    support: &SandboxSupport,
+    scan: &ProtectedScan,
+) -> Result<PreparedSandbox, SandboxError> {
     let required = mode == SandboxMode::Required;
-    let protected = existing_protected(&req.workspace);
+    let protected = host_paths(&req.workspace, scan);
     let mut missing: Vec<String> = Vec::new();
     if support.landlock_abi.is_none() {
         missing.push("Landlock is not enabled in this kernel (filesystem confinement)".into());
@@ -282,6 +284,9 @@ pub fn prepare_with(
         ));
         if !protected.is_empty() {
             layers.push(format!("read-only protected paths: {}", protected.len()));
+        }
+        if !scan.complete {
+            layers.push(format!("protected-path scan stopped after {} entries", scan.entries));
         }
     }
     if !missing.is_empty() {

@@ -1,20 +1,28 @@
-//! `search`: a regular expression over the files under a workspace path, honouring `.gitignore`, with the crates
-//! behind ripgrep (`ignore` for the walk, `grep-regex` + `grep-searcher` for matching).
+//! `search`: a regular expression over the files under a workspace path, honouring `.gitignore`, `.ignore` and
+//! `.git/info/exclude`, with the crates behind ripgrep (`ignore`'s gitignore matcher, `grep-regex` +
+//! `grep-searcher` for matching).
 //!
-//! The walk runs over `/proc/self/fd/N` (the workspace's own directory handle) where `/proc` is mounted, so it
-//! follows the handle rather than the root's name. Every file is opened for searching through the workspace's
-//! beneath-resolution, so a directory swapped for a symlink during the walk yields an error for that file, never
-//! its content.
+//! The walk is our own, over directory handles: the start is opened beneath the workspace root (a symlink is
+//! refused, as by `read_file` and `list_dir`), and every directory, searched file and ignore file below it is
+//! opened relative to its parent's handle with `O_NOFOLLOW`, never by a path name. A symbolic link is never
+//! followed, not even a `.gitignore` one; a FIFO, device or socket is never read (it is opened non-blocking and
+//! refused after `fstat`); every read is size-bounded. So a hostile repository cannot make `search` read outside
+//! the workspace, block, or allocate without bound, and a directory swapped for a symlink during the walk is
+//! skipped, never entered.
 
-use std::path::PathBuf;
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
 
 use grep_regex::RegexMatcherBuilder;
 use grep_searcher::sinks::Lossy;
 use grep_searcher::{BinaryDetection, SearcherBuilder};
-use rustix::fs::{FileType, Mode, OFlags};
+use ignore::Match;
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use tokio_util::sync::CancellationToken;
 
-use crate::workspace::{RelPath, Workspace, WorkspaceError};
+use crate::workspace::{RelPath, Workspace, WorkspaceError, display_name};
 
 /// The default and the largest number of matches returned.
 pub const DEFAULT_MAX_MATCHES: usize = 100;
@@ -24,6 +32,10 @@ pub const MAX_MATCHES_LIMIT: usize = 1000;
 const MAX_LINE_CHARS: usize = 300;
 /// The largest file searched.
 const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+/// The largest ignore file honoured (a larger one is not read).
+pub const MAX_IGNORE_FILE_BYTES: u64 = 1024 * 1024;
+/// The deepest directory nesting searched.
+const MAX_DEPTH: usize = 256;
 
 /// Why a search failed.
 #[derive(Debug, thiserror::Error)]
@@ -123,102 +135,296 @@ pub fn search(ws: &Workspace, query: &SearchQuery, cancel: &CancellationToken) -
         ),
         None => None,
     };
-    // Confirms the start is inside the workspace and reached without symlinks.
-    let start = ws.open_at(&query.path, OFlags::PATH, Mode::empty())?;
-    let start_is_file = rustix::fs::fstat(&start)
-        .map(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile)
-        .unwrap_or(false);
-    drop(start);
-
-    let proc_root = PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&ws.root_fd())));
-    let base = if proc_root.is_dir() { proc_root } else { ws.host_root().to_path_buf() };
-    let mut walk_root = base.clone();
-    for c in query.path.components() {
-        walk_root.push(c);
-    }
+    // Opened beneath the root, never through a symlink (also not a final one): a symlinked `path` is refused.
+    // O_NONBLOCK: a FIFO as the start must not block the open.
+    let start = ws.open_at(&query.path, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY, Mode::empty())?;
+    let st = rustix::fs::fstat(&start).map_err(|e| WorkspaceError::Io {
+        op: "inspect",
+        path: query.path.to_string(),
+        message: crate::workspace::io_message(e),
+    })?;
     let max = query.max_matches.clamp(1, MAX_MATCHES_LIMIT);
-    let mut report = SearchReport::default();
-    let mut searcher = SearcherBuilder::new()
-        .binary_detection(BinaryDetection::quit(0))
-        .line_number(true)
-        .heap_limit(Some(8 * 1024 * 1024))
-        .build();
-
-    let walker = ignore::WalkBuilder::new(&walk_root)
-        .follow_links(false)
-        .hidden(false)
-        .parents(false)
-        .require_git(false)
-        .git_global(false)
-        .sort_by_file_name(|a, b| a.cmp(b))
-        .filter_entry(|e| e.file_name() != ".git")
-        .build();
-    for entry in walker {
-        if cancel.is_cancelled() {
-            return Err(SearchError::Cancelled);
-        }
-        let Ok(entry) = entry else {
-            report.files_skipped += 1;
-            continue;
-        };
-        if !entry.file_type().is_some_and(|t| t.is_file()) {
-            continue;
-        }
-        let rel = match entry.path().strip_prefix(&base).ok().and_then(|p| p.to_str()) {
-            Some(r) => r.to_owned(),
-            None => {
-                report.files_skipped += 1;
-                continue;
+    let mut walk = Walk {
+        matcher,
+        filter,
+        searcher: SearcherBuilder::new()
+            .binary_detection(BinaryDetection::quit(0))
+            .line_number(true)
+            .heap_limit(Some(8 * 1024 * 1024))
+            .build(),
+        max,
+        report: SearchReport::default(),
+        cancel,
+        levels: Vec::new(),
+        exclude: None,
+    };
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => {
+            let rel = query.path.to_string();
+            if walk.filter.as_ref().is_none_or(|f| f.is_match(&rel)) {
+                walk.search_fd(start, st.st_size, rel);
             }
-        };
-        let rel = if start_is_file && rel.is_empty() { query.path.to_string() } else { rel };
-        if let Some(f) = &filter
-            && !f.is_match(&rel)
-        {
-            continue;
         }
-        let Ok(path) = RelPath::parse(&rel) else {
-            report.files_skipped += 1;
-            continue;
+        FileType::Directory => {
+            walk.load_parents(ws, &query.path);
+            let mut rel = if query.path.is_root() { String::new() } else { query.path.to_string() };
+            walk.walk_dir(&start, &mut rel, 0)?;
+        }
+        other => {
+            return Err(WorkspaceError::NotRegular {
+                path: query.path.to_string(),
+                kind: crate::workspace::EntryKind::from_file_type(other).describe(),
+            }
+            .into());
+        }
+    }
+    Ok(walk.report)
+}
+
+/// The ignore files of one directory level.
+struct Level {
+    /// Its `.ignore` (higher precedence than any `.gitignore`).
+    ignore: Option<Gitignore>,
+    /// Its `.gitignore`.
+    gitignore: Option<Gitignore>,
+}
+
+struct Walk<'a> {
+    matcher: grep_regex::RegexMatcher,
+    filter: Option<globset::GlobMatcher>,
+    searcher: grep_searcher::Searcher,
+    max: usize,
+    report: SearchReport,
+    cancel: &'a CancellationToken,
+    /// From the workspace root down to the directory being walked.
+    levels: Vec<Level>,
+    /// The root's `.git/info/exclude`.
+    exclude: Option<Gitignore>,
+}
+
+/// Opens `name` in `dir` without following a symlink, non-blocking, and returns it with its status.
+fn open_entry(dir: &OwnedFd, name: &[u8]) -> Option<(OwnedFd, rustix::fs::Stat)> {
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(dir, name, flags, Mode::empty()).ok()?;
+    let st = rustix::fs::fstat(&fd).ok()?;
+    Some((fd, st))
+}
+
+/// The virtual absolute path under which ignore matchers see workspace paths (never a host path).
+fn virtual_path(rel: &str) -> PathBuf {
+    Path::new("/").join(rel)
+}
+
+/// Reads `name` in `dir` as an ignore file: a regular file (never through a symlink) of at most
+/// [`MAX_IGNORE_FILE_BYTES`], parsed with `dir_rel` (workspace-relative) as its root. Anything else is `None`.
+fn read_ignore(dir: &OwnedFd, name: &str, dir_rel: &str) -> Option<Gitignore> {
+    let (fd, st) = open_entry(dir, name.as_bytes())?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || st.st_size as u64 > MAX_IGNORE_FILE_BYTES {
+        return None;
+    }
+    // Back to blocking reads for a regular file.
+    rustix::fs::fcntl_setfl(&fd, OFlags::empty()).ok()?;
+    let mut buf = Vec::new();
+    std::fs::File::from(fd).take(MAX_IGNORE_FILE_BYTES + 1).read_to_end(&mut buf).ok()?;
+    if buf.len() as u64 > MAX_IGNORE_FILE_BYTES {
+        return None;
+    }
+    let mut builder = GitignoreBuilder::new(virtual_path(dir_rel));
+    for line in String::from_utf8_lossy(&buf).lines() {
+        // A line that is not a valid glob is left out, as git does.
+        let _ = builder.add_line(None, line);
+    }
+    builder.build().ok().filter(|g| !g.is_empty())
+}
+
+fn dir_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+}
+
+impl Walk<'_> {
+    /// Loads the ignore files of the root and of every directory above `start` (exclusive of `start`, whose own
+    /// files the walk loads), and the root's `.git/info/exclude`.
+    fn load_parents(&mut self, ws: &Workspace, start: &RelPath) {
+        let Ok(mut dir) = rustix::fs::openat(ws.root_fd(), ".", dir_flags(), Mode::empty()) else { return };
+        if let Ok(git) = rustix::fs::openat(&dir, ".git", dir_flags(), Mode::empty())
+            && let Ok(info) = rustix::fs::openat(&git, "info", dir_flags(), Mode::empty())
+        {
+            self.exclude = read_ignore(&info, "exclude", "");
+        }
+        let mut rel = String::new();
+        for c in start.components() {
+            self.levels.push(Level {
+                ignore: read_ignore(&dir, ".ignore", &rel),
+                gitignore: read_ignore(&dir, ".gitignore", &rel),
+            });
+            let Ok(next) = rustix::fs::openat(&dir, c.as_str(), dir_flags(), Mode::empty()) else { return };
+            dir = next;
+            if !rel.is_empty() {
+                rel.push('/');
+            }
+            rel.push_str(c);
+        }
+    }
+
+    /// True when the ignore files say to leave `rel` out: `.ignore` files first, then `.gitignore` files, then
+    /// the root's exclude file; the deepest directory's verdict wins within each kind.
+    fn ignored(&self, rel: &str, is_dir: bool) -> bool {
+        let path = virtual_path(rel);
+        let verdict = |m: Match<&ignore::gitignore::Glob>| match m {
+            Match::None => None,
+            Match::Ignore(_) => Some(true),
+            Match::Whitelist(_) => Some(false),
         };
-        let Ok(fd) = ws.open_at(&path, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY, Mode::empty()) else {
-            report.files_skipped += 1;
-            continue;
-        };
-        let regular = rustix::fs::fstat(&fd)
-            .map(|st| {
-                FileType::from_raw_mode(st.st_mode) == FileType::RegularFile && (st.st_size as u64) <= MAX_FILE_BYTES
-            })
-            .unwrap_or(false);
-        if !regular {
-            report.files_skipped += 1;
-            continue;
+        let ignores = self.levels.iter().rev().filter_map(|l| l.ignore.as_ref());
+        let gitignores = self.levels.iter().rev().filter_map(|l| l.gitignore.as_ref());
+        ignores
+            .chain(gitignores)
+            .chain(self.exclude.as_ref())
+            .find_map(|g| verdict(g.matched(&path, is_dir)))
+            .unwrap_or(false)
+    }
+
+    fn walk_dir(&mut self, dir: &OwnedFd, rel: &mut String, depth: usize) -> Result<(), SearchError> {
+        match self.walk_inner(dir, rel, depth) {
+            Ok(()) | Err(WalkStop::Full) => Ok(()),
+            Err(WalkStop::Cancelled) => Err(SearchError::Cancelled),
+        }
+    }
+
+    fn walk_inner(&mut self, dir: &OwnedFd, rel: &mut String, depth: usize) -> Result<(), WalkStop> {
+        self.levels
+            .push(Level { ignore: read_ignore(dir, ".ignore", rel), gitignore: read_ignore(dir, ".gitignore", rel) });
+        let result = self.walk_entries(dir, rel, depth);
+        self.levels.pop();
+        result
+    }
+
+    fn walk_entries(&mut self, dir: &OwnedFd, rel: &mut String, depth: usize) -> Result<(), WalkStop> {
+        let mut names: Vec<Vec<u8>> = Vec::new();
+        match rustix::fs::Dir::read_from(dir) {
+            Ok(mut reader) => {
+                while let Some(entry) = reader.read() {
+                    let Ok(entry) = entry else {
+                        self.report.files_skipped += 1;
+                        break;
+                    };
+                    let name = entry.file_name().to_bytes();
+                    if name != b"." && name != b".." && name != b".git" {
+                        names.push(name.to_vec());
+                    }
+                }
+            }
+            Err(_) => {
+                self.report.files_skipped += 1;
+                return Ok(());
+            }
+        }
+        names.sort();
+        for name in names {
+            if self.cancel.is_cancelled() {
+                return Err(WalkStop::Cancelled);
+            }
+            let Ok(st) = rustix::fs::statat(dir, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW) else {
+                continue; // removed meanwhile
+            };
+            let kind = FileType::from_raw_mode(st.st_mode);
+            if kind != FileType::RegularFile && kind != FileType::Directory {
+                continue; // symlinks are never followed; special files are never read
+            }
+            let Ok(name_str) = std::str::from_utf8(&name) else {
+                self.report.files_skipped += 1;
+                continue;
+            };
+            let len = rel.len();
+            if !rel.is_empty() {
+                rel.push('/');
+            }
+            rel.push_str(name_str);
+            let is_dir = kind == FileType::Directory;
+            let step = if self.ignored(rel, is_dir) {
+                Ok(())
+            } else if is_dir {
+                self.enter(dir, &name, rel, depth)
+            } else {
+                self.search_entry(dir, &name, rel)
+            };
+            rel.truncate(len);
+            step?;
+        }
+        Ok(())
+    }
+
+    fn enter(&mut self, dir: &OwnedFd, name: &[u8], rel: &mut String, depth: usize) -> Result<(), WalkStop> {
+        if depth + 1 >= MAX_DEPTH {
+            self.report.files_skipped += 1;
+            return Ok(());
+        }
+        // O_NOFOLLOW | O_DIRECTORY: a directory swapped for a symlink since the stat is refused, not entered.
+        match rustix::fs::openat(dir, name, dir_flags(), Mode::empty()) {
+            Ok(sub) => self.walk_inner(&sub, rel, depth + 1),
+            Err(_) => {
+                self.report.files_skipped += 1;
+                Ok(())
+            }
+        }
+    }
+
+    fn search_entry(&mut self, dir: &OwnedFd, name: &[u8], rel: &str) -> Result<(), WalkStop> {
+        if let Some(f) = &self.filter
+            && !f.is_match(rel)
+        {
+            return Ok(());
+        }
+        match open_entry(dir, name) {
+            Some((fd, st)) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {
+                if self.search_fd(fd, st.st_size, display_name(rel.as_bytes())) { Err(WalkStop::Full) } else { Ok(()) }
+            }
+            _ => {
+                self.report.files_skipped += 1;
+                Ok(())
+            }
+        }
+    }
+
+    /// Searches one regular file; true when the match limit was reached.
+    fn search_fd(&mut self, fd: OwnedFd, size: i64, shown: String) -> bool {
+        if size as u64 > MAX_FILE_BYTES || rustix::fs::fcntl_setfl(&fd, OFlags::empty()).is_err() {
+            self.report.files_skipped += 1;
+            return false;
         }
         let file = std::fs::File::from(fd);
         let mut found: Vec<SearchMatch> = Vec::new();
-        let room = max - report.matches.len();
-        let result = searcher.search_file(
-            &matcher,
-            &file,
+        let room = self.max - self.report.matches.len();
+        let result = self.searcher.search_reader(
+            &self.matcher,
+            file.take(MAX_FILE_BYTES),
             Lossy(|line, text| {
                 let text = text.trim_end_matches(['\n', '\r']);
-                let shown: String = text.chars().take(MAX_LINE_CHARS).collect();
-                found.push(SearchMatch { path: rel.clone(), line, text: shown });
+                let shown_text: String = text.chars().take(MAX_LINE_CHARS).collect();
+                found.push(SearchMatch { path: shown.clone(), line, text: shown_text });
                 Ok(found.len() < room + 1)
             }),
         );
         if result.is_err() {
-            report.files_skipped += 1;
-            continue;
+            self.report.files_skipped += 1;
+            return false;
         }
-        report.files_searched += 1;
+        self.report.files_searched += 1;
         if found.len() > room {
             found.truncate(room);
-            report.matches.extend(found);
-            report.truncated = true;
-            break;
+            self.report.matches.extend(found);
+            self.report.truncated = true;
+            return true;
         }
-        report.matches.extend(found);
+        self.report.matches.extend(found);
+        false
     }
-    Ok(report)
+}
+
+/// Why a walk stopped early.
+enum WalkStop {
+    /// The match limit was reached.
+    Full,
+    /// The run was cancelled.
+    Cancelled,
 }

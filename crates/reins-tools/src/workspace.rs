@@ -6,6 +6,7 @@
 //! previous directory handle. Nothing is ever "checked by name, then opened by name", so a symlink swapped in
 //! between cannot redirect an open. Errors name only the workspace-relative path.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::fs::File;
 use std::io::{Read, Write};
@@ -25,8 +26,11 @@ const BINARY_PROBE: usize = 8 * 1024;
 const MAX_PATH_BYTES: usize = 4096;
 /// The longest single component, in bytes.
 const MAX_NAME_BYTES: usize = 255;
-/// Globs protected by default: every `.git` directory (and so everything beneath it).
+/// Globs that are always protected: every `.git` directory (and so everything beneath it). A configuration's
+/// own globs are added to these; nothing removes them.
 pub const DEFAULT_PROTECTED: &[&str] = &[".git", "**/.git"];
+/// The most directory entries [`Workspace::protected_scan`] looks at by default.
+pub const PROTECTED_SCAN_LIMIT: usize = 200_000;
 
 /// Why a workspace operation failed. Messages name only workspace-relative paths.
 #[derive(Debug, thiserror::Error)]
@@ -136,6 +140,19 @@ pub struct RelPath {
 }
 
 impl RelPath {
+    /// Parses the path of a file: like [`RelPath::parse`], but a path that ends with `/` (or `/.`), and so names
+    /// a directory, is refused instead of being read as the file before the slash.
+    pub fn parse_file(input: &str) -> Result<Self> {
+        let path = Self::parse(input)?;
+        if !path.is_root() && (input.ends_with('/') || input.ends_with("/.")) {
+            return Err(WorkspaceError::Invalid {
+                path: bounded(input),
+                reason: "a trailing `/` names a directory; give the file's path without it",
+            });
+        }
+        Ok(path)
+    }
+
     /// Parses a path given by a model or a user.
     pub fn parse(input: &str) -> Result<Self> {
         if input.len() > MAX_PATH_BYTES {
@@ -224,7 +241,8 @@ pub enum Resolver {
 #[derive(Clone, Debug)]
 pub struct WorkspaceConfig {
     /// Globs (relative to the root, `/`-separated, `*` does not cross `/`) of paths that are readable but never
-    /// writable. A path is protected when it or any of its ancestors matches.
+    /// writable, in addition to [`DEFAULT_PROTECTED`] (which always applies, whatever this list holds). A path
+    /// is protected when it or any of its ancestors matches.
     pub protected: Vec<String>,
     /// The most bytes `read_file` loads, and the most text it returns for a line range.
     pub max_read_bytes: u64,
@@ -264,7 +282,7 @@ pub enum EntryKind {
 }
 
 impl EntryKind {
-    fn from_file_type(t: FileType) -> Self {
+    pub(crate) fn from_file_type(t: FileType) -> Self {
         match t {
             FileType::RegularFile => EntryKind::File,
             FileType::Directory => EntryKind::Dir,
@@ -355,13 +373,19 @@ impl Workspace {
         let root_path = std::fs::canonicalize(given).map_err(open_err)?;
         let fd = rustix::fs::open(&root_path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
             .map_err(|e| open_err(e.into()))?;
+        // The defaults come first and always: a configuration adds globs, it never removes `.git`.
+        let mut globs: Vec<String> = DEFAULT_PROTECTED.iter().map(|s| (*s).to_owned()).collect();
+        for p in config.protected {
+            if !globs.contains(&p) {
+                globs.push(p);
+            }
+        }
         let mut builder = GlobSetBuilder::new();
-        for p in &config.protected {
+        for p in &globs {
             builder.add(glob(p)?);
         }
-        let protected = builder
-            .build()
-            .map_err(|e| WorkspaceError::BadGlob { glob: config.protected.join(", "), message: e.to_string() })?;
+        let protected =
+            builder.build().map_err(|e| WorkspaceError::BadGlob { glob: globs.join(", "), message: e.to_string() })?;
         let openat2 = config.resolver == Resolver::Auto
             && rustix::fs::openat2(
                 &fd,
@@ -375,7 +399,7 @@ impl Workspace {
             root: fd,
             root_path,
             protected,
-            protected_globs: config.protected,
+            protected_globs: globs,
             max_read_bytes: config.max_read_bytes,
             openat2,
         })
@@ -396,7 +420,7 @@ impl Workspace {
         self.openat2
     }
 
-    /// The protected-path globs.
+    /// The protected-path globs: [`DEFAULT_PROTECTED`], then the configured ones.
     pub fn protected_globs(&self) -> &[String] {
         &self.protected_globs
     }
@@ -414,6 +438,106 @@ impl Workspace {
             }
         }
         false
+    }
+
+    /// True when the workspace-relative byte path `path` itself matches a protected glob (its ancestors are not
+    /// looked at).
+    fn matches_protected(&self, path: &[u8]) -> bool {
+        use std::os::unix::ffi::OsStrExt;
+        self.protected.is_match(Path::new(std::ffi::OsStr::from_bytes(path)))
+    }
+
+    /// The protected entries that exist now: the top-most ones (a protected directory is not entered), found by
+    /// a walk over directory handles that never follows a symbolic link. The walk looks at no more than
+    /// `max_entries` entries and goes no deeper than [`MAX_SCAN_DEPTH`] directories; beyond that the scan says
+    /// it is incomplete.
+    pub fn protected_scan(&self, max_entries: usize) -> ProtectedScan {
+        let mut scan = ProtectedScan { paths: BTreeSet::new(), complete: true, entries: 0 };
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        match rustix::fs::openat(&self.root, ".", flags, Mode::empty()) {
+            Ok(root) => self.scan_into(&root, &mut Vec::new(), 0, max_entries, &mut scan),
+            Err(_) => scan.complete = false,
+        }
+        scan
+    }
+
+    fn scan_into(&self, dir: &OwnedFd, prefix: &mut Vec<u8>, depth: usize, max: usize, scan: &mut ProtectedScan) {
+        let Ok(mut reader) = rustix::fs::Dir::read_from(dir) else {
+            scan.complete = false;
+            return;
+        };
+        let mut subdirs: Vec<Vec<u8>> = Vec::new();
+        while let Some(entry) = reader.read() {
+            let Ok(entry) = entry else {
+                scan.complete = false;
+                break;
+            };
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            if scan.entries >= max {
+                scan.complete = false;
+                return;
+            }
+            scan.entries += 1;
+            let len = prefix.len();
+            if len > 0 {
+                prefix.push(b'/');
+            }
+            prefix.extend_from_slice(name);
+            if self.matches_protected(prefix) {
+                scan.paths.insert(prefix.clone());
+            } else {
+                let is_dir = match entry.file_type() {
+                    FileType::Directory => true,
+                    FileType::Unknown => rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+                        .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory),
+                    _ => false,
+                };
+                if is_dir {
+                    subdirs.push(name.to_vec());
+                }
+            }
+            prefix.truncate(len);
+        }
+        drop(reader);
+        for name in subdirs {
+            if depth + 1 >= MAX_SCAN_DEPTH {
+                scan.complete = false;
+                return;
+            }
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let Ok(sub) = rustix::fs::openat(dir, name.as_slice(), flags, Mode::empty()) else {
+                continue; // removed or replaced meanwhile
+            };
+            let len = prefix.len();
+            if len > 0 {
+                prefix.push(b'/');
+            }
+            prefix.extend_from_slice(&name);
+            self.scan_into(&sub, prefix, depth + 1, max, scan);
+            prefix.truncate(len);
+        }
+    }
+
+    /// Removes the entry at the workspace-relative byte path `path` (a directory with everything in it) beneath
+    /// the root, never following a symbolic link: a symlink is removed, not its target.
+    pub fn remove_tree(&self, path: &[u8]) -> std::result::Result<(), String> {
+        let shown = display_name(path);
+        let parts: Vec<&[u8]> = path.split(|b| *b == b'/').filter(|p| !p.is_empty()).collect();
+        let Some((last, parents)) = parts.split_last() else {
+            return Err("the workspace root cannot be removed".into());
+        };
+        if parts.iter().any(|p| *p == b"." || *p == b"..") {
+            return Err(format!("`{shown}` is not a plain relative path"));
+        }
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let mut dir = rustix::fs::openat(&self.root, ".", flags, Mode::empty()).map_err(io_message)?;
+        for p in parents {
+            dir = rustix::fs::openat(&dir, *p, flags, Mode::empty()).map_err(io_message)?;
+        }
+        remove_entry(&dir, last, 0).map_err(|e| format!("cannot remove `{shown}`: {e}"))
     }
 
     /// Opens `path` beneath the root with `flags` (CLOEXEC and NOFOLLOW are always added).
@@ -688,6 +812,49 @@ impl Workspace {
         }
         Ok(())
     }
+}
+
+/// The deepest directory nesting that [`Workspace::protected_scan`] and [`Workspace::remove_tree`] enter (each
+/// level holds one open descriptor).
+pub const MAX_SCAN_DEPTH: usize = 256;
+
+/// What [`Workspace::protected_scan`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProtectedScan {
+    /// The top-most protected entries, workspace-relative, `/`-separated, as bytes.
+    pub paths: BTreeSet<Vec<u8>>,
+    /// False when the walk stopped early (entry or depth limit, an unreadable directory).
+    pub complete: bool,
+    /// Directory entries looked at.
+    pub entries: usize,
+}
+
+/// Removes `name` in `dir`; a directory is emptied first (to [`MAX_SCAN_DEPTH`] levels).
+fn remove_entry(dir: &OwnedFd, name: &[u8], depth: usize) -> std::result::Result<(), String> {
+    let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).map_err(io_message)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+        return rustix::fs::unlinkat(dir, name, AtFlags::empty()).map_err(io_message);
+    }
+    if depth >= MAX_SCAN_DEPTH {
+        return Err(format!("nested deeper than {MAX_SCAN_DEPTH} directories"));
+    }
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let sub = rustix::fs::openat(dir, name, flags, Mode::empty()).map_err(io_message)?;
+    let mut names: Vec<Vec<u8>> = Vec::new();
+    {
+        let mut reader = rustix::fs::Dir::read_from(&sub).map_err(io_message)?;
+        while let Some(entry) = reader.read() {
+            let entry = entry.map_err(io_message)?;
+            let n = entry.file_name().to_bytes();
+            if n != b"." && n != b".." {
+                names.push(n.to_vec());
+            }
+        }
+    }
+    for n in names {
+        remove_entry(&sub, &n, depth + 1)?;
+    }
+    rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR).map_err(io_message)
 }
 
 fn beneath_flags() -> ResolveFlags {

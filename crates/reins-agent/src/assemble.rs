@@ -1,0 +1,505 @@
+//! From a definition to a ready agent: the model (a script or a `reins-providers` provider), the tools (test
+//! tools, workspace file tools, command presets), the MCP servers, the limits, the context budget (by default
+//! the known model's window less its response cap), the pricing, and the session record.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use reins::{
+    Agent, AgentBuilder, CharCounter, ContextConfig, Limits, Model, Registry, ScriptedModel, TokenCounter, Tool,
+};
+use reins_mcp::McpTools;
+use reins_providers::{Price, Provider, ProviderError, RateLimiter, RetryPolicy};
+use reins_tools::{
+    CommandConfig, CommandRunner, DEFAULT_PROTECTED, RunCommand, SandboxMode, Workspace, WorkspaceConfig,
+};
+
+use crate::definition::{AgentDef, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOOL_RESULT_CHARS};
+use crate::error::{BuildError, DefError};
+use crate::load::{MAX_INSTRUCTIONS_BYTES, MAX_SCRIPT_BYTES, read_bounded};
+use crate::value::ModelKind;
+
+/// The price of a real model's run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pricing {
+    /// The provider's model name.
+    pub model: String,
+    /// Its list price, when known.
+    pub price: Option<Price>,
+}
+
+impl Pricing {
+    /// The cost of `usage` in US dollars, when the price is known.
+    pub fn cost(&self, usage: &reins::UsageTotals) -> Option<f64> {
+        self.price.as_ref().map(|p| reins_providers::cost(p, usage))
+    }
+
+    /// The prices a session records.
+    pub fn store_prices(&self) -> Option<reins_store::Prices> {
+        self.price.map(|p| reins_store::Prices {
+            input_per_mtok: p.input,
+            output_per_mtok: p.output,
+            cached_input_per_mtok: p.cached_input,
+        })
+    }
+}
+
+/// The parts of an agent built from a definition, before they are put together: replace one (wrap the model
+/// to watch its deltas, add observers) and call [`Parts::builder`].
+pub struct Parts {
+    /// The definition they were built from.
+    pub def: AgentDef,
+    /// The model.
+    pub model: Arc<dyn Model>,
+    /// The price of a real model.
+    pub pricing: Option<Pricing>,
+    /// The tools other than the MCP servers'.
+    pub tools: Vec<Arc<dyn Tool>>,
+    /// The started MCP servers, if any (shut them down after the run: [`McpTools::shutdown`]).
+    pub mcp: Option<Arc<McpTools>>,
+    /// The limits.
+    pub limits: Limits,
+    /// The context rules.
+    pub context: ContextConfig,
+    /// The instructions, when the definition has any.
+    pub instructions: Option<String>,
+}
+
+impl std::fmt::Debug for Parts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parts")
+            .field("def", &self.def.redacted())
+            .field("tools", &self.tools.iter().map(|t| t.spec().name.clone()).collect::<Vec<_>>())
+            .field("mcp", &self.mcp.is_some())
+            .field("limits", &self.limits)
+            .field("context", &self.context)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A built agent, its MCP servers and its pricing. Derefs to the [`Agent`].
+pub struct Built {
+    /// The agent.
+    pub agent: Agent,
+    /// Its MCP servers, if any.
+    pub mcp: Option<Arc<McpTools>>,
+    /// Its pricing, for a real model.
+    pub pricing: Option<Pricing>,
+}
+
+impl std::ops::Deref for Built {
+    type Target = Agent;
+    fn deref(&self) -> &Agent {
+        &self.agent
+    }
+}
+
+impl Built {
+    /// Stops the MCP servers (their process groups are killed).
+    pub async fn shutdown(&self) {
+        if let Some(mcp) = &self.mcp {
+            mcp.shutdown().await;
+        }
+    }
+}
+
+/// What [`AgentDef::build_with`] adds to the agent.
+#[derive(Default)]
+pub struct BuildOptions {
+    /// Records each run in this store: a new session, or the session to continue (its transcript is the
+    /// run's start: see [`reins_store::Session::resume_state`]).
+    pub store: Option<(reins_store::Store, Option<reins_store::Session>)>,
+}
+
+fn invalid(m: impl Into<String>) -> BuildError {
+    BuildError::Invalid(m.into())
+}
+
+fn tiktoken() -> Result<Arc<dyn TokenCounter>, BuildError> {
+    Ok(Arc::new(reins::TiktokenCounter::o200k_base().map_err(BuildError::Internal)?))
+}
+
+impl AgentDef {
+    fn model_spec(&self) -> Result<&crate::value::ModelSpec, BuildError> {
+        self.model.as_ref().ok_or_else(|| {
+            invalid("no model: set `model` in the agent file or pass --model (script:FILE, openai:MODEL, openai-chat:MODEL, anthropic:MODEL)")
+        })
+    }
+
+    /// The model and, for a real provider, its pricing. The API key comes from `OPENAI_API_KEY` or
+    /// `ANTHROPIC_API_KEY`, never from the definition.
+    pub fn build_model(&self) -> Result<(Arc<dyn Model>, Option<Pricing>), BuildError> {
+        let spec = self.model_spec()?;
+        let p = &self.provider;
+        let (api, name) = match spec.kind() {
+            (ModelKind::Script, file) => {
+                if *p != Default::default() {
+                    let key = serde_json::to_value(p)
+                        .ok()
+                        .and_then(|v| v.as_object().and_then(|m| m.keys().next().cloned()))
+                        .unwrap_or_default();
+                    return Err(DefError::at(
+                        format!("provider.{key}"),
+                        format!("applies to openai:, openai-chat: and anthropic: models, not {:?}", spec.as_str()),
+                    )
+                    .into());
+                }
+                let text = read_bounded(Path::new(file), MAX_SCRIPT_BYTES)
+                    .map_err(|e| invalid(format!("script file {file:?}: {e}")))?;
+                let steps = reins::parse_script(&text).map_err(|e| invalid(format!("script file {file:?}: {e}")))?;
+                return Ok((Arc::new(ScriptedModel::new(steps)), None));
+            }
+            (ModelKind::Provider(api), name) => (api, name.to_owned()),
+        };
+        let mut b = Provider::builder(api, name.clone()).api_key_from_env();
+        if let Some(url) = &p.base_url {
+            b = b.base_url(url.clone());
+        }
+        if let Some(n) = p.max_response_tokens {
+            b = b.max_output_tokens(u32::try_from(n.get()).unwrap_or(u32::MAX));
+        }
+        if let Some(t) = p.temperature {
+            b = b.temperature(t.get());
+        }
+        if let Some(c) = &p.tool_choice {
+            b = b.tool_choice(c.0.clone());
+        }
+        if let Some(s) = p.stream {
+            b = b.stream(s);
+        }
+        for (k, v) in &p.headers {
+            b = b.header(k.clone(), v.clone());
+        }
+        if let Some(extra) = &p.extra_body {
+            b = b.extra_body(extra.clone());
+        }
+        if let Some(f) = &p.chat_max_tokens_field {
+            b = b.chat_max_tokens_field(f.clone());
+        }
+        if let Some(d) = p.idle_timeout {
+            b = b.idle_timeout(d.0);
+        }
+        if let Some(d) = p.response_timeout {
+            b = b.response_timeout(d.0);
+        }
+        if let Some(d) = p.connect_timeout {
+            b = b.connect_timeout(d.0);
+        }
+        if let Some(n) = p.max_response_bytes {
+            b = b.max_response_bytes(usize::try_from(n.get()).unwrap_or(usize::MAX));
+        }
+        if p.max_retries.is_some()
+            || p.initial_backoff.is_some()
+            || p.max_backoff.is_some()
+            || p.max_retry_after.is_some()
+        {
+            let mut retry = RetryPolicy::default();
+            if let Some(n) = p.max_retries {
+                retry.max_retries = u32::try_from(n.0).unwrap_or(u32::MAX);
+            }
+            if let Some(d) = p.initial_backoff {
+                retry.initial_backoff = d.0;
+            }
+            if let Some(d) = p.max_backoff {
+                retry.max_backoff = d.0;
+            }
+            if let Some(d) = p.max_retry_after {
+                retry.max_retry_after = d.0;
+            }
+            b = b.retry(retry);
+        }
+        if p.requests_per_minute.is_some() || p.max_concurrent_requests.is_some() {
+            b = b.rate_limiter(RateLimiter::new(
+                p.requests_per_minute.map(|n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
+                p.max_concurrent_requests.map(|n| usize::try_from(n.get()).unwrap_or(usize::MAX)),
+            ));
+        }
+        let provider = b.build().map_err(|e| match e {
+            ProviderError::MissingApiKey { env } => BuildError::MissingApiKey { model: spec.to_string(), env },
+            other => invalid(other.to_string()),
+        })?;
+        let pricing = Pricing { price: reins_providers::model_info(&name).map(|i| i.price), model: name };
+        Ok((Arc::new(provider), Some(pricing)))
+    }
+
+    /// The tools other than MCP servers': the test tools, and the file tools and command presets of the workspace.
+    pub fn build_tools(&self) -> Result<Vec<Arc<dyn Tool>>, BuildError> {
+        let mut tools = Vec::new();
+        if self.test_tools == Some(true) {
+            tools.extend(crate::test_tools::tools());
+        }
+        let Some(root) = &self.workspace.path else {
+            if !self.presets.is_empty() {
+                return Err(invalid(
+                    "presets need a workspace: pass --workspace DIR (or [workspace] path in the agent file)",
+                ));
+            }
+            return Ok(tools);
+        };
+        let ws = &self.workspace;
+        let ws_config = WorkspaceConfig {
+            protected: ws
+                .protected
+                .clone()
+                .unwrap_or_else(|| DEFAULT_PROTECTED.iter().map(|s| (*s).to_owned()).collect()),
+            max_read_bytes: ws.max_read_bytes.map_or(reins_tools::DEFAULT_MAX_READ_BYTES, |n| n.get()),
+            ..WorkspaceConfig::default()
+        };
+        let ws = Arc::new(Workspace::open_with(root, ws_config).map_err(|e| invalid(e.to_string()))?);
+        tools.extend(reins_tools::file_tools(ws.clone()));
+        if !self.presets.is_empty() {
+            let c = &self.commands;
+            let mut cmd = CommandConfig::default();
+            if let Some(t) = c.timeout {
+                cmd.timeout = t.0;
+            }
+            if let Some(cap) = c.output_cap {
+                cmd.output_cap = usize::try_from(cap.get()).unwrap_or(usize::MAX);
+            }
+            if let Some(env) = &c.env_allow {
+                cmd.env_allow = env.clone();
+            }
+            if let Some(limits) = c.limits {
+                cmd.limits = limits;
+            }
+            cmd.sandbox = c.sandbox.unwrap_or(SandboxMode::Required);
+            let runner = CommandRunner::new(ws, self.presets.clone(), cmd).map_err(|e| invalid(e.to_string()))?;
+            tools.push(Arc::new(RunCommand::new(Arc::new(runner))));
+        }
+        Ok(tools)
+    }
+
+    /// The MCP servers' configurations, in name order.
+    pub fn mcp_configs(&self) -> Result<Vec<reins_mcp::ServerConfig>, DefError> {
+        self.mcp.iter().map(|(name, server)| server.to_config(name)).collect()
+    }
+
+    /// Starts the MCP servers (`None` without any). A server that does not start stops them all.
+    pub async fn start_mcp(&self) -> Result<Option<Arc<McpTools>>, BuildError> {
+        let configs = self.mcp_configs()?;
+        if configs.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Arc::new(McpTools::start(configs).await?)))
+    }
+
+    /// The limits of a run.
+    pub fn build_limits(&self) -> Limits {
+        let l = &self.limits;
+        Limits {
+            max_steps: Some(l.max_steps.map_or(DEFAULT_MAX_STEPS, |n| n.get())),
+            max_tool_calls: l.max_tool_calls.map(|c| c.0),
+            max_input_tokens: l.max_input_tokens.map(|c| c.0),
+            max_output_tokens: l.max_output_tokens.map(|c| c.0),
+            max_total_tokens: l.max_total_tokens.map(|c| c.0),
+            timeout: l.timeout.map(|d| d.0),
+            tool_timeout: l.tool_timeout.map(|d| d.0),
+        }
+    }
+
+    /// The budget a known real model gets when the definition sets none: the model's window less its
+    /// response cap (`provider.max_response_tokens`, else the model's output cap up to 32,000), in o200k_base
+    /// tokens, with a tenth kept back for the difference between that tokenizer and the vendor's and for the
+    /// framing of the request. `None` for a script, an unknown model, or a definition that sets a budget.
+    pub fn default_context_tokens(&self) -> Option<u64> {
+        if self.context.max_context_chars.is_some() || self.context.max_context_tokens.is_some() {
+            return None;
+        }
+        let info = reins_providers::model_info(self.model.as_ref()?.provider_model()?)?;
+        let reserve = self.provider.max_response_tokens.map_or(info.max_output_tokens.min(32_000), |n| n.get());
+        let budget = info.context_window.saturating_sub(reserve) / 10 * 9;
+        (budget > 0).then_some(budget)
+    }
+
+    /// The context rules: the budget (characters, tokens, or by default the model's window) and the cut of
+    /// each tool result.
+    pub fn build_context(&self) -> Result<ContextConfig, BuildError> {
+        let c = &self.context;
+        let (max_context, counter) = match (c.max_context_chars, c.max_context_tokens, self.default_context_tokens()) {
+            (Some(n), _, _) => (Some(n.get()), Arc::new(CharCounter) as Arc<dyn TokenCounter>),
+            (None, Some(n), _) => (Some(n.get()), tiktoken()?),
+            (None, None, Some(n)) => (Some(n), tiktoken()?),
+            (None, None, None) => (None, Arc::new(CharCounter) as Arc<dyn TokenCounter>),
+        };
+        let cut = c.max_tool_result_chars.map_or(DEFAULT_MAX_TOOL_RESULT_CHARS, |n| n.get());
+        Ok(ContextConfig {
+            max_context,
+            max_tool_result_chars: Some(usize::try_from(cut).unwrap_or(usize::MAX)),
+            counter,
+        })
+    }
+
+    /// The instructions: `instructions`, or the text of `instructions_file` (a regular file of at most 1 MiB).
+    pub fn instructions_text(&self) -> Result<Option<String>, BuildError> {
+        match (&self.instructions, &self.instructions_file) {
+            (Some(t), _) => Ok(Some(t.clone())),
+            (None, Some(f)) => read_bounded(f, MAX_INSTRUCTIONS_BYTES)
+                .map(Some)
+                .map_err(|e| invalid(format!("instructions_file: {e}"))),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// Checks that no secret is missing (a definition read back from a session has its secrets redacted).
+    pub fn check_secrets(&self) -> Result<(), BuildError> {
+        match self.redacted_keys().first() {
+            None => Ok(()),
+            Some(key) => Err(DefError::at(
+                key.clone(),
+                "this secret was not recorded with the session: give it again (--agent FILE, or the flag)",
+            )
+            .into()),
+        }
+    }
+
+    /// Builds every part, starting the MCP servers.
+    pub async fn parts(&self) -> Result<Parts, BuildError> {
+        self.validate()?;
+        self.check_secrets()?;
+        let (model, pricing) = self.build_model()?;
+        let tools = self.build_tools()?;
+        let limits = self.build_limits();
+        let context = self.build_context()?;
+        let instructions = self.instructions_text()?;
+        let mcp = self.start_mcp().await?;
+        Ok(Parts { def: self.clone(), model, pricing, tools, mcp, limits, context, instructions })
+    }
+
+    /// A ready agent: model, tools, MCP servers, limits, context budget and pricing.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let agent = reins_agent::AgentDef::new("openai:gpt-4.1-mini")?.workspace("./repo").build().await?;
+    /// let outcome = agent.run("What does this repository do?", tokio_util::sync::CancellationToken::new()).await;
+    /// agent.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub async fn build(&self) -> Result<Built, BuildError> {
+        self.build_with(BuildOptions::default()).await
+    }
+
+    /// A ready agent, recorded in a store when `options` says so.
+    pub async fn build_with(&self, options: BuildOptions) -> Result<Built, BuildError> {
+        let parts = self.parts().await?;
+        let mut builder = parts.builder()?;
+        if let Some((store, session)) = options.store {
+            builder = builder.journal(parts.journal(&store, session.as_ref())?);
+        }
+        let agent = builder.build().map_err(|e| invalid(e.to_string()))?;
+        Ok(Built { agent, mcp: parts.mcp, pricing: parts.pricing })
+    }
+
+    /// What a session records about this agent: the definition with its secrets redacted, the instructions
+    /// inlined (so a resumed run sees the same text) and the paths absolute; plus, for older readers, the
+    /// keys `reins replay` read before definitions were recorded.
+    pub fn session_config(&self, instructions: Option<&str>) -> serde_json::Value {
+        let mut def = self.redacted();
+        if let Some(text) = instructions {
+            def.instructions = Some(text.to_owned());
+            def.instructions_file = None;
+        }
+        let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| crate::load::absolute(p));
+        if let Some(p) = &def.workspace.path {
+            def.workspace.path = Some(canonical(p));
+        }
+        if let Some(model) = &def.model {
+            if let (ModelKind::Script, file) = model.kind() {
+                def.model = Some(model.with_script_path(&canonical(Path::new(file))));
+            }
+        }
+        for server in def.mcp.values_mut() {
+            if let Some(cwd) = &server.cwd {
+                server.cwd = Some(canonical(cwd));
+            }
+        }
+        serde_json::json!({
+            "agent": def.to_json(),
+            "model": def.model.as_ref().map(|m| m.to_string()),
+            "test_tools": def.test_tools.unwrap_or(false),
+            "workspace": def.workspace.path.as_ref().map(|p| p.display().to_string()),
+            "max_tool_result_chars": def.context.max_tool_result_chars.map_or(DEFAULT_MAX_TOOL_RESULT_CHARS, |n| n.get()),
+            "max_context_chars": def.context.max_context_chars.map(|n| n.get()),
+            "max_context_tokens": def.context.max_context_tokens.map(|n| n.get()),
+        })
+    }
+
+    /// The definition a session recorded (its `config` of a run start): the recorded agent, or for a session
+    /// recorded before agents were, one rebuilt from the flags it recorded. `None` when nothing was recorded.
+    pub fn from_session_config(config: &serde_json::Value) -> Result<Option<AgentDef>, DefError> {
+        if let Some(agent) = config.get("agent") {
+            return AgentDef::from_json(agent).map(Some).map_err(|e| e.within("the recorded agent"));
+        }
+        if !config.is_object() {
+            return Ok(None);
+        }
+        let mut legacy = serde_json::Map::new();
+        if let Some(m) = config.get("model").filter(|v| v.is_string()) {
+            legacy.insert("model".into(), m.clone());
+        }
+        if let Some(t) = config.get("test_tools").filter(|v| v.is_boolean()) {
+            legacy.insert("test_tools".into(), t.clone());
+        }
+        if let Some(w) = config.get("workspace").filter(|v| v.is_string()) {
+            legacy.insert("workspace".into(), serde_json::json!({ "path": w }));
+        }
+        let mut context = serde_json::Map::new();
+        for key in ["max_tool_result_chars", "max_context_chars", "max_context_tokens"] {
+            if let Some(v) = config.get(key).filter(|v| v.is_u64()) {
+                context.insert(key.into(), v.clone());
+            }
+        }
+        if !context.is_empty() {
+            legacy.insert("context".into(), context.into());
+        }
+        AgentDef::from_json(&serde_json::Value::Object(legacy)).map(Some).map_err(|e| e.within("the recorded flags"))
+    }
+}
+
+impl Parts {
+    /// The registry of the tools other than MCP servers'.
+    pub fn registry(&self) -> Result<Registry, BuildError> {
+        Registry::new(self.tools.clone()).map_err(|e| invalid(e.to_string()))
+    }
+
+    /// An agent builder with the model, the tools (and MCP servers as a tool source refreshed between steps),
+    /// the limits and the context rules; add observers or a journal, then build.
+    pub fn builder(&self) -> Result<AgentBuilder, BuildError> {
+        let registry = self.registry()?;
+        let mut builder = Agent::builder_shared(self.model.clone())
+            .registry(registry)
+            .limits(self.limits.clone())
+            .context(self.context.clone());
+        if let Some(mcp) = &self.mcp {
+            let source = reins_mcp::McpToolSource::new(Arc::clone(mcp), self.tools.clone())
+                .map_err(|e| invalid(e.to_string()))?;
+            builder = builder.tool_source(Arc::new(source));
+        }
+        // SEAM(instructions): once `AgentBuilder::instructions` is in the core, the instructions go here:
+        // `builder = builder.instructions(text)` for `self.instructions`.
+        Ok(builder)
+    }
+
+    /// The session metadata of a run of this agent (model, workspace, prices, and the recorded definition).
+    pub fn session_meta(&self) -> reins_store::SessionMeta {
+        let config = self.def.session_config(self.instructions.as_deref());
+        reins_store::SessionMeta {
+            model: self.def.model.as_ref().map(|m| m.to_string()),
+            workspace: config["workspace"].as_str().map(str::to_owned),
+            prices: self.pricing.as_ref().and_then(Pricing::store_prices),
+            config: Some(config),
+        }
+    }
+
+    /// A journal recording this agent's runs in `store`: each run a new session, or runs continuing `resume`.
+    pub fn journal(
+        &self,
+        store: &reins_store::Store,
+        resume: Option<&reins_store::Session>,
+    ) -> Result<reins_store::SessionJournal, BuildError> {
+        let meta = self.session_meta();
+        match resume {
+            None => Ok(store.journal(meta)),
+            Some(session) => store.resume_journal(session, meta).map_err(|e| BuildError::Internal(e.to_string())),
+        }
+    }
+}

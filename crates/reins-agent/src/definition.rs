@@ -1,0 +1,501 @@
+//! The agent definition: [`AgentDef`] and its tables, in the TOML form of an agent file (the same shape in
+//! JSON, as sessions record it). Every key is optional, so one type serves a whole agent and a layer of one
+//! (a user config, a profile, the flags); [`AgentDef::validate`] checks what the types cannot (keys that
+//! exclude each other, MCP tables, duplicate presets), [`AgentDef::resolve_paths`] makes the paths of a
+//! file relative to the file, and [`AgentDef::redacted`] masks its secrets.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use reins_tools::{Preset, ResourceLimits, SandboxMode};
+use serde::{Deserialize, Serialize};
+
+use crate::error::DefError;
+use crate::value::{Count, Dur, ModelKind, ModelSpec, Positive, Temperature, ToolChoiceSpec};
+
+/// What a secret value is replaced with wherever a definition is shown or recorded.
+pub const REDACTED: &str = "<redacted>";
+
+/// The default of `limits.max_steps`.
+pub const DEFAULT_MAX_STEPS: u64 = 50;
+/// The default of `context.max_tool_result_chars`.
+pub const DEFAULT_MAX_TOOL_RESULT_CHARS: u64 = 32_000;
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
+}
+
+/// A whole agent: its model, instructions, tools, limits and context rules.
+///
+/// ```
+/// let def = reins_agent::AgentDef::from_toml(r#"
+///     model = "script:turns.json"
+///     [limits]
+///     max_steps = 10
+/// "#, std::path::Path::new("/agents")).unwrap();
+/// assert_eq!(def.model.as_ref().unwrap().as_str(), "script:/agents/turns.json");
+/// assert_eq!(def.limits.max_steps.unwrap().get(), 10);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentDef {
+    /// The model: `script:FILE`, `openai:MODEL`, `openai-chat:MODEL` or `anthropic:MODEL`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelSpec>,
+    /// The instructions (system prompt), after the built-in workspace preamble and AGENTS.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    /// A file holding the instructions (relative to the agent file); excludes `instructions`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions_file: Option<PathBuf>,
+    /// Adds the test tools `echo` and `fail`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_tools: Option<bool>,
+    /// `[provider]`: settings of a real model's adapter.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub provider: ProviderDef,
+    /// `[limits]`: the run's budget.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub limits: LimitsDef,
+    /// `[context]`: what the model is sent.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub context: ContextDef,
+    /// `[workspace]`: the file tools' root.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub workspace: WorkspaceDef,
+    /// `[commands]`: defaults of every preset.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub commands: CommandsDef,
+    /// `[[presets]]`: the commands the model may run by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub presets: Vec<Preset>,
+    /// `[mcp.NAME]`: MCP servers whose tools the model gets as `NAME__TOOL`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp: BTreeMap<String, McpServerDef>,
+}
+
+/// `[provider]`: what a real model's adapter is told. None of it applies to a `script:` model.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderDef {
+    /// Another server: for OpenAI-style APIs a URL ending in `/v1`, for Anthropic the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// Caps each model response (output tokens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_response_tokens: Option<Positive>,
+    /// The sampling temperature, 0 to 2 (OpenAI-style APIs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<Temperature>,
+    /// `"auto"` (default), `"required"`, `"none"` or `"tool:NAME"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoiceSpec>,
+    /// Asks for streamed responses (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<bool>,
+    /// Extra HTTP headers sent with every request. Their values are secrets: masked when shown, never recorded.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// Extra top-level fields merged into every request body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_body: Option<serde_json::Map<String, serde_json::Value>>,
+    /// For Chat Completions: the field that carries the output cap (`max_tokens`, `max_completion_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat_max_tokens_field: Option<String>,
+    /// The longest silence within a response (default 120s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<Dur>,
+    /// The longest wait for a response's headers (default 600s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_timeout: Option<Dur>,
+    /// The longest wait for a connection (default 30s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_timeout: Option<Dur>,
+    /// The largest response body or stream accepted, in bytes (default 64 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_response_bytes: Option<Positive>,
+    /// Retries after the first attempt (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<Count>,
+    /// The first backoff (default 500ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial_backoff: Option<Dur>,
+    /// The longest backoff (default 20s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_backoff: Option<Dur>,
+    /// The longest `Retry-After` honoured before a call gives up (default 120s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retry_after: Option<Dur>,
+    /// Client-side limit on requests per minute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_minute: Option<Positive>,
+    /// Client-side limit on requests in flight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrent_requests: Option<Positive>,
+}
+
+/// `[limits]`: every `--max-*` flag, `timeout` and `tool_timeout`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsDef {
+    /// The most model responses (default 50).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_steps: Option<Positive>,
+    /// The most tool calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tool_calls: Option<Count>,
+    /// The most input tokens over the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_input_tokens: Option<Count>,
+    /// The most output tokens over the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<Count>,
+    /// The most input plus output tokens over the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_total_tokens: Option<Count>,
+    /// The wall-clock deadline of a run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Dur>,
+    /// The longest one tool call may run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_timeout: Option<Dur>,
+}
+
+/// `[context]`: the context budget (characters or tokens, not both) and the cut of each tool result.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContextDef {
+    /// The budget in characters (Unicode scalar values).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_context_chars: Option<Positive>,
+    /// The budget in tokens (o200k_base).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_context_tokens: Option<Positive>,
+    /// Each tool result is cut to this many characters before it is recorded (default 32000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tool_result_chars: Option<Positive>,
+}
+
+/// `[workspace]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceDef {
+    /// The root (relative to the agent file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    /// Protected-path globs: readable, never writable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protected: Option<Vec<String>>,
+    /// The most bytes `read_file` loads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_read_bytes: Option<Positive>,
+    /// Whether the workspace's `AGENTS.md` is added to the instructions (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents_md: Option<bool>,
+}
+
+/// `[commands]`: defaults for every preset.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandsDef {
+    /// The default command timeout (30s otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Dur>,
+    /// The output cap per stream, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_cap: Option<Positive>,
+    /// `"required"` (default, fail closed), `"best-effort"` or `"off"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxMode>,
+    /// Variables passed from the environment (secret-looking names still withheld unless a preset names them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_allow: Option<Vec<String>>,
+    /// Default resource limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<ResourceLimits>,
+}
+
+/// `[mcp.NAME]`: one MCP server, either a child process (`command`, `args`, `env`, `cwd`) or a streamable
+/// HTTP endpoint (`url`, `headers`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerDef {
+    /// The program of a stdio server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// Its arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Variables added to its environment (values of secret-looking names are masked and never recorded).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Its working directory (relative to the agent file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<PathBuf>,
+    /// The endpoint of an HTTP server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Headers sent to it. Their values are secrets: masked when shown, never recorded.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// The time allowed to start (default 30s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_timeout: Option<Dur>,
+    /// The time allowed for one call (default 2m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_timeout: Option<Dur>,
+}
+
+impl McpServerDef {
+    /// Parses a command-line spec, `NAME=COMMAND ARG...` or `NAME=URL`, into its name and table.
+    pub fn from_spec(spec: &str) -> Result<(String, McpServerDef), String> {
+        let config = reins_mcp::ServerConfig::parse_spec(spec).map_err(|e| e.to_string())?;
+        let def = match config.transport {
+            reins_mcp::Transport::Stdio { command, args, env, cwd } => {
+                McpServerDef { command: Some(command), args, env, cwd, ..McpServerDef::default() }
+            }
+            reins_mcp::Transport::Http { url, headers } => {
+                McpServerDef { url: Some(url), headers, ..McpServerDef::default() }
+            }
+        };
+        Ok((config.name, def))
+    }
+
+    /// The server configuration `reins-mcp` starts.
+    pub fn to_config(&self, name: &str) -> Result<reins_mcp::ServerConfig, DefError> {
+        let at = |m: String| DefError::at(format!("mcp.{name}"), m);
+        let transport = match (&self.command, &self.url) {
+            (Some(_), Some(_)) => return Err(at("a server has `command` or `url`, not both".into())),
+            (None, None) => return Err(at("a server needs `command` (a child process) or `url` (HTTP)".into())),
+            (Some(command), None) => {
+                if !self.headers.is_empty() {
+                    return Err(at("`headers` are for an HTTP server (`url`), not a `command`".into()));
+                }
+                reins_mcp::Transport::Stdio {
+                    command: command.clone(),
+                    args: self.args.clone(),
+                    env: self.env.clone(),
+                    cwd: self.cwd.clone(),
+                }
+            }
+            (None, Some(url)) => {
+                if !self.args.is_empty() || !self.env.is_empty() || self.cwd.is_some() {
+                    return Err(at("`args`, `env` and `cwd` are for a `command`, not an HTTP server (`url`)".into()));
+                }
+                reins_mcp::Transport::Http { url: url.clone(), headers: self.headers.clone() }
+            }
+        };
+        let mut config = reins_mcp::ServerConfig::new(name, transport).map_err(|e| at(e.0))?;
+        if let Some(t) = self.startup_timeout {
+            config = config.startup_timeout(t.0);
+        }
+        if let Some(t) = self.call_timeout {
+            config = config.call_timeout(t.0);
+        }
+        Ok(config)
+    }
+}
+
+/// Parses a command-line preset, `NAME=PROGRAM ARG...` (words split as a shell would, never run by one).
+pub fn parse_preset(spec: &str) -> Result<Preset, String> {
+    let (name, command) =
+        spec.split_once('=').ok_or_else(|| format!("--preset {spec:?}: expected NAME=PROGRAM ARG..."))?;
+    let words = shlex::split(command).ok_or_else(|| format!("--preset {spec:?}: unbalanced quotes or escape"))?;
+    let (program, args) =
+        words.split_first().ok_or_else(|| format!("--preset {spec:?}: the command after `=` is empty"))?;
+    Ok(Preset::new(name.trim(), program.clone(), args.to_vec()))
+}
+
+/// Refuses a null anywhere in `value` (a NaN read from TOML becomes one): it could not be written back.
+fn check_no_null(value: &serde_json::Value, path: &str) -> Result<(), DefError> {
+    match value {
+        serde_json::Value::Null => Err(DefError::at(path, "expected a value (a NaN or infinite number is not one)")),
+        serde_json::Value::Array(a) => {
+            a.iter().enumerate().try_for_each(|(i, v)| check_no_null(v, &format!("{path}[{i}]")))
+        }
+        serde_json::Value::Object(m) => m.iter().try_for_each(|(k, v)| check_no_null(v, &format!("{path}.{k}"))),
+        _ => Ok(()),
+    }
+}
+
+impl AgentDef {
+    /// A definition with this model (`openai:gpt-4.1-mini`, `anthropic:claude-sonnet-4-5`, `script:FILE`).
+    pub fn new(model: &str) -> Result<Self, DefError> {
+        let model = model.parse().map_err(|e| DefError::at("model", e))?;
+        Ok(Self { model: Some(model), ..Self::default() })
+    }
+
+    /// Parses an agent file's text; relative paths in it are taken relative to `base_dir`.
+    pub fn from_toml(text: &str, base_dir: &Path) -> Result<Self, DefError> {
+        let mut def = crate::load::parse_toml::<AgentDef>(text)?;
+        def.validate()?;
+        def.resolve_paths(base_dir);
+        Ok(def)
+    }
+
+    /// Sets the instructions.
+    pub fn instructions(mut self, text: impl Into<String>) -> Self {
+        self.instructions = Some(text.into());
+        self.instructions_file = None;
+        self
+    }
+
+    /// Gives the model the file tools over `root`.
+    pub fn workspace(mut self, root: impl Into<PathBuf>) -> Self {
+        self.workspace.path = Some(root.into());
+        self
+    }
+
+    /// Adds a command preset (it needs a workspace).
+    pub fn preset(mut self, preset: Preset) -> Self {
+        self.presets.push(preset);
+        self
+    }
+
+    /// Adds the MCP server `name`.
+    pub fn mcp(mut self, name: impl Into<String>, server: McpServerDef) -> Self {
+        self.mcp.insert(name.into(), server);
+        self
+    }
+
+    /// The limits of a run: `max_steps` (default 50) and the rest as set.
+    pub fn limits(mut self, limits: LimitsDef) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Checks what the types alone cannot: keys that exclude each other, MCP tables, duplicate presets,
+    /// values beyond what their adapter takes.
+    pub fn validate(&self) -> Result<(), DefError> {
+        if self.instructions.is_some() && self.instructions_file.is_some() {
+            return Err(DefError::at("instructions_file", "set `instructions` or `instructions_file`, not both"));
+        }
+        if self.context.max_context_chars.is_some() && self.context.max_context_tokens.is_some() {
+            return Err(DefError::at(
+                "context.max_context_tokens",
+                "set `max_context_chars` or `max_context_tokens`, not both",
+            ));
+        }
+        let p = &self.provider;
+        let fits_u32 = |v: Option<u64>, key: &str| match v {
+            Some(n) if n > u64::from(u32::MAX) => {
+                Err(DefError::at(format!("provider.{key}"), format!("expected at most {}, not {n}", u32::MAX)))
+            }
+            _ => Ok(()),
+        };
+        fits_u32(p.max_response_tokens.map(Positive::get), "max_response_tokens")?;
+        fits_u32(p.max_retries.map(|c| c.0), "max_retries")?;
+        fits_u32(p.requests_per_minute.map(Positive::get), "requests_per_minute")?;
+        if let Some(url) = &p.base_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) || url.chars().any(char::is_whitespace) {
+                return Err(DefError::at(
+                    "provider.base_url",
+                    format!("expected an http:// or https:// URL, not {url:?}"),
+                ));
+            }
+        }
+        for (k, v) in &p.headers {
+            if k.is_empty() || k.contains(['\r', '\n', '\0', ':']) || v.contains(['\r', '\n', '\0']) {
+                return Err(DefError::at(format!("provider.headers.{k}"), "not a valid HTTP header"));
+            }
+        }
+        if let Some(extra) = &p.extra_body {
+            check_no_null(&serde_json::Value::Object(extra.clone()), "provider.extra_body")?;
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, preset) in self.presets.iter().enumerate() {
+            if !names.insert(preset.name.as_str()) {
+                return Err(DefError::at(format!("presets[{i}].name"), format!("duplicate preset {:?}", preset.name)));
+            }
+            if let Some(schema) = &preset.arg_schema {
+                check_no_null(schema, &format!("presets[{i}].arg_schema"))?;
+            }
+        }
+        for (name, server) in &self.mcp {
+            server.to_config(name)?;
+        }
+        Ok(())
+    }
+
+    /// Makes the relative paths of a definition read from a file in `base_dir` relative to that directory:
+    /// a `script:` model, `instructions_file`, `workspace.path` and each `mcp.NAME.cwd`. (A preset's `cwd` is
+    /// relative to the workspace and stays as it is.)
+    pub fn resolve_paths(&mut self, base_dir: &Path) {
+        let join = |p: &Path| if p.is_relative() { base_dir.join(p) } else { p.to_path_buf() };
+        if let Some(model) = &self.model {
+            if let (ModelKind::Script, file) = model.kind() {
+                self.model = Some(model.with_script_path(&join(Path::new(file))));
+            }
+        }
+        if let Some(f) = &self.instructions_file {
+            self.instructions_file = Some(join(f));
+        }
+        if let Some(p) = &self.workspace.path {
+            self.workspace.path = Some(join(p));
+        }
+        for server in self.mcp.values_mut() {
+            if let Some(cwd) = &server.cwd {
+                server.cwd = Some(join(cwd));
+            }
+        }
+    }
+
+    /// The same definition with every secret replaced by [`REDACTED`]: the values of HTTP headers (the
+    /// provider's and each MCP server's) and of MCP environment variables whose names look like secrets
+    /// (`*KEY*`, `*SECRET*`, `*TOKEN*`, `*PASSWORD*`). API keys are never in a definition at all.
+    pub fn redacted(&self) -> AgentDef {
+        let mut def = self.clone();
+        for v in def.provider.headers.values_mut() {
+            *v = REDACTED.to_owned();
+        }
+        for server in def.mcp.values_mut() {
+            for v in server.headers.values_mut() {
+                *v = REDACTED.to_owned();
+            }
+            for (k, v) in &mut server.env {
+                if reins_tools::is_secret_name(k) {
+                    *v = REDACTED.to_owned();
+                }
+            }
+        }
+        def
+    }
+
+    /// The keys whose value is [`REDACTED`]: secrets that were not recorded and must be given again.
+    pub fn redacted_keys(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (k, v) in &self.provider.headers {
+            if v == REDACTED {
+                out.push(format!("provider.headers.{k}"));
+            }
+        }
+        for (name, server) in &self.mcp {
+            for (k, v) in server.headers.iter().chain(&server.env) {
+                if v == REDACTED {
+                    out.push(format!(
+                        "mcp.{name}.{}.{k}",
+                        if server.headers.contains_key(k) { "headers" } else { "env" }
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// The definition as TOML text (an agent file).
+    pub fn to_toml(&self) -> Result<String, DefError> {
+        toml::to_string(self).map_err(|e| DefError::whole(format!("cannot write the definition as TOML: {e}")))
+    }
+
+    /// The definition as JSON (the form sessions record).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// A definition from its JSON form, with the same errors as an agent file.
+    pub fn from_json(value: &serde_json::Value) -> Result<Self, DefError> {
+        let def: AgentDef = serde_path_to_error::deserialize(value).map_err(crate::load::path_error)?;
+        def.validate()?;
+        Ok(def)
+    }
+}

@@ -1,0 +1,45 @@
+//! # reins-agent — an agent as data
+//!
+//! One serializable definition holds a whole agent — its model, instructions, tools (test tools, workspace
+//! file tools, command presets, MCP servers), limits and context rules — in the TOML form of an agent file
+//! ([`AgentDef`]). Definitions are validated with errors that name the key's path
+//! (`limits.max_steps: expected a positive integer, not 0`), layered with provenance (defaults, the user
+//! config and its profiles, a recorded session, the agent file, flags: [`resolve`]), recorded with every
+//! session without their secrets, and built into a ready [`reins::Agent`] with [`AgentDef::build`].
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use reins_agent::AgentDef;
+//! let agent = AgentDef::from_toml(r#"
+//!     model = "openai:gpt-4.1-mini"
+//!     [workspace]
+//!     path = "./repo"
+//! "#, std::path::Path::new("."))?.build().await?;
+//! let outcome = agent.run("What does this repository do?", tokio_util::sync::CancellationToken::new()).await;
+//! # Ok(()) }
+//! ```
+
+mod assemble;
+mod definition;
+mod error;
+mod layers;
+mod load;
+mod test_tools;
+mod value;
+
+pub use assemble::{BuildOptions, Built, Parts, Pricing};
+pub use definition::{
+    AgentDef, CommandsDef, ContextDef, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOOL_RESULT_CHARS, LimitsDef, McpServerDef,
+    ProviderDef, REDACTED, WorkspaceDef, parse_preset,
+};
+pub use error::{BuildError, DefError};
+pub use layers::{Entry, Layer, Origin, Resolved, defaults, resolve};
+pub use load::{
+    MAX_DEFINITION_BYTES, MAX_INSTRUCTIONS_BYTES, MAX_SCRIPT_BYTES, UserConfig, absolute, agent_file, agent_file_layer,
+    parse_toml, read_bounded, user_config_path,
+};
+pub use test_tools::tools as test_tools;
+pub use value::{Count, Dur, ModelKind, ModelSpec, Positive, Temperature, ToolChoiceSpec, parse_duration};
+
+/// Re-exported for definitions built in code.
+pub use reins_tools::{Preset, ResourceLimits, SandboxMode};

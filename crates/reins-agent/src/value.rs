@@ -1,0 +1,393 @@
+//! The small value types of an agent definition, each with the one rule that makes it valid and an error
+//! message that says what was expected: [`Positive`] and [`Count`] integers, [`Dur`] durations,
+//! [`ModelSpec`], [`Temperature`] and [`ToolChoiceSpec`]. Each serializes back to the form it was written in, so a
+//! definition round-trips through TOML and JSON.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize, Serializer};
+
+/// What a value was found to be, for error messages.
+enum Seen {
+    Int(i128),
+    Float(f64),
+    Str(String),
+    Bool(bool),
+    Other(&'static str),
+}
+
+impl fmt::Display for Seen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Seen::Int(n) => write!(f, "{n}"),
+            Seen::Float(x) => write!(f, "{x}"),
+            Seen::Str(s) => write!(f, "the string {s:?}"),
+            Seen::Bool(b) => write!(f, "{b}"),
+            Seen::Other(what) => f.write_str(what),
+        }
+    }
+}
+
+struct SeenVisitor;
+
+impl<'de> Visitor<'de> for SeenVisitor {
+    type Value = Seen;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Seen, E> {
+        Ok(Seen::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Seen, E> {
+        Ok(Seen::Int(v.into()))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Seen, E> {
+        Ok(Seen::Int(v.into()))
+    }
+    fn visit_i128<E>(self, v: i128) -> Result<Seen, E> {
+        Ok(Seen::Int(v))
+    }
+    fn visit_u128<E>(self, v: u128) -> Result<Seen, E> {
+        Ok(i128::try_from(v).map_or(Seen::Other("a huge integer"), Seen::Int))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Seen, E> {
+        Ok(Seen::Float(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Seen, E> {
+        Ok(Seen::Str(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Seen, E> {
+        Ok(Seen::Str(v))
+    }
+    fn visit_none<E>(self) -> Result<Seen, E> {
+        Ok(Seen::Other("null"))
+    }
+    fn visit_unit<E>(self) -> Result<Seen, E> {
+        Ok(Seen::Other("null"))
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Seen, D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Seen, A::Error> {
+        while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+        Ok(Seen::Other("an array"))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Seen, A::Error> {
+        while map.next_entry::<de::IgnoredAny, de::IgnoredAny>()?.is_some() {}
+        Ok(Seen::Other("a table"))
+    }
+}
+
+fn seen<'de, D: Deserializer<'de>>(d: D) -> Result<Seen, D::Error> {
+    d.deserialize_any(SeenVisitor)
+}
+
+fn expected<E: de::Error>(what: &str, found: &Seen) -> E {
+    E::custom(format_args!("expected {what}, not {found}"))
+}
+
+/// An integer of at least 1 (`max_steps`, a context budget, a byte cap).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Positive(u64);
+
+impl Positive {
+    /// `n`, when it is at least 1.
+    pub fn new(n: u64) -> Option<Self> {
+        (n >= 1).then_some(Self(n))
+    }
+    /// The value.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl Serialize for Positive {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Positive {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match seen(d)? {
+            Seen::Int(n) if n >= 1 && n <= i128::from(u64::MAX) => Ok(Self(n as u64)),
+            other => Err(expected("a positive integer", &other)),
+        }
+    }
+}
+
+/// An integer of at least 0 (`max_tool_calls`, a token limit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Count(pub u64);
+
+impl Serialize for Count {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match seen(d)? {
+            Seen::Int(n) if n >= 0 && n <= i128::from(u64::MAX) => Ok(Self(n as u64)),
+            other => Err(expected("a non-negative integer", &other)),
+        }
+    }
+}
+
+/// A duration longer than zero, written `"30s"`, `"250ms"`, `"5m"`, `"1h 30m"` (or plain seconds, `"10"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Dur(pub Duration);
+
+/// Parses a duration of a definition: the forms of `reins_tools::parse_duration` (`10s`, `1.5s`, `500ms`, `2m`,
+/// `1h`, plain seconds) or of `humantime` (`1h 30m`, `2days`); zero is refused.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = match reins_tools::parse_duration(s) {
+        Ok(d) => d,
+        Err(_) => humantime::parse_duration(s.trim())
+            .map_err(|_| format!("expected a duration such as \"30s\", \"250ms\" or \"5m\", not {s:?}"))?,
+    };
+    if d.is_zero() {
+        return Err(format!("expected a duration longer than zero, not {s:?}"));
+    }
+    Ok(d)
+}
+
+impl fmt::Display for Dur {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", humantime::format_duration(self.0))
+    }
+}
+
+impl FromStr for Dur {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        parse_duration(s).map(Dur)
+    }
+}
+
+impl Serialize for Dur {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match seen(d)? {
+            Seen::Str(s) => s.parse().map_err(de::Error::custom),
+            other => Err(expected("a duration such as \"30s\" or \"5m\"", &other)),
+        }
+    }
+}
+
+/// Which model family a [`ModelSpec`] names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelKind {
+    /// `script:FILE`: a script file replayed by `ScriptedModel`.
+    Script,
+    /// `openai:`, `openai-chat:` or `anthropic:`: a real provider.
+    Provider(reins_providers::Api),
+}
+
+/// The model, as `--model` takes it: `script:FILE`, `openai:MODEL`, `openai-chat:MODEL` or `anthropic:MODEL`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ModelSpec(String);
+
+impl ModelSpec {
+    /// The spec as written.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+    /// What it names, and the rest after the colon (a file for scripts, a model name for providers).
+    pub fn kind(&self) -> (ModelKind, &str) {
+        let (prefix, rest) = self.0.split_once(':').unwrap_or(("", &self.0));
+        match reins_providers::Api::parse_spec(&self.0) {
+            Ok((api, _)) => (ModelKind::Provider(api), rest),
+            Err(_) if prefix == "script" => (ModelKind::Script, rest),
+            // Not reachable for a parsed spec; a script is the harmless answer.
+            Err(_) => (ModelKind::Script, rest),
+        }
+    }
+    /// The provider's model name (`gpt-4.1-mini`), or `None` for a script.
+    pub fn provider_model(&self) -> Option<&str> {
+        match self.kind() {
+            (ModelKind::Provider(_), name) => Some(name),
+            (ModelKind::Script, _) => None,
+        }
+    }
+    pub(crate) fn with_script_path(&self, path: &std::path::Path) -> ModelSpec {
+        ModelSpec(format!("script:{}", path.display()))
+    }
+}
+
+impl fmt::Display for ModelSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl FromStr for ModelSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let hint = "expected PROVIDER:NAME: script:FILE, openai:MODEL, openai-chat:MODEL or anthropic:MODEL";
+        let Some((prefix, rest)) = s.split_once(':') else {
+            return Err(format!("{hint}, not {s:?}"));
+        };
+        if s.contains('\0') {
+            return Err(format!("{hint}; the spec holds a NUL byte"));
+        }
+        match prefix {
+            "script" if rest.is_empty() => Err(format!("{s:?} names no script file after the colon")),
+            "script" => Ok(Self(s.to_owned())),
+            "openai" | "openai-chat" | "anthropic" => match reins_providers::Api::parse_spec(s) {
+                Ok(_) => Ok(Self(s.to_owned())),
+                Err(e) => Err(e.to_string().trim_start_matches("invalid model: ").to_owned()),
+            },
+            other => Err(format!("unknown provider {other:?} in {s:?}; {hint}")),
+        }
+    }
+}
+
+impl Serialize for ModelSpec {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for ModelSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match seen(d)? {
+            Seen::Str(s) => s.parse().map_err(de::Error::custom),
+            other => Err(expected("a model such as \"openai:gpt-4.1-mini\" or \"script:turns.json\"", &other)),
+        }
+    }
+}
+
+/// A sampling temperature from 0 to 2.
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+pub struct Temperature(f64);
+
+impl Temperature {
+    /// `t`, when it is a finite number from 0 to 2.
+    pub fn new(t: f64) -> Option<Self> {
+        (t.is_finite() && (0.0..=2.0).contains(&t)).then_some(Self(t))
+    }
+    /// The value.
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl Serialize for Temperature {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Temperature {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let found = seen(d)?;
+        let t = match found {
+            Seen::Float(x) => Some(x),
+            Seen::Int(n) => Some(n as f64),
+            _ => None,
+        };
+        t.and_then(Temperature::new).ok_or_else(|| expected("a number from 0 to 2", &found))
+    }
+}
+
+/// Which tool the model may or must call: `"auto"`, `"required"`, `"none"` or `"tool:NAME"`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolChoiceSpec(pub reins_providers::ToolChoice);
+
+impl fmt::Display for ToolChoiceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use reins_providers::ToolChoice as T;
+        match &self.0 {
+            T::Auto => f.write_str("auto"),
+            T::Required => f.write_str("required"),
+            T::None => f.write_str("none"),
+            T::Tool(name) => write!(f, "tool:{name}"),
+        }
+    }
+}
+
+impl FromStr for ToolChoiceSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        use reins_providers::ToolChoice as T;
+        Ok(Self(match s {
+            "auto" => T::Auto,
+            "required" => T::Required,
+            "none" => T::None,
+            _ => match s.strip_prefix("tool:") {
+                Some(name) if reins::is_valid_tool_name(name) => T::Tool(name.to_owned()),
+                _ => return Err(format!("expected \"auto\", \"required\", \"none\" or \"tool:NAME\", not {s:?}")),
+            },
+        }))
+    }
+}
+
+impl Serialize for ToolChoiceSpec {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolChoiceSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match seen(d)? {
+            Seen::Str(s) => s.parse().map_err(de::Error::custom),
+            other => Err(expected("\"auto\", \"required\", \"none\" or \"tool:NAME\"", &other)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_both_forms_and_round_trip() {
+        for (text, want) in [
+            ("10s", Duration::from_secs(10)),
+            ("1.5s", Duration::from_millis(1500)),
+            ("10", Duration::from_secs(10)),
+            ("1h 30m", Duration::from_secs(5400)),
+            ("250ms", Duration::from_millis(250)),
+        ] {
+            let d: Dur = text.parse().unwrap();
+            assert_eq!(d.0, want, "{text}");
+            assert_eq!(d.to_string().parse::<Dur>().unwrap(), d, "{text}");
+        }
+        for bad in ["0s", "soon", "", "-1s"] {
+            assert!(bad.parse::<Dur>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn model_specs() {
+        for ok in ["script:a.json", "openai:gpt-4.1", "openai-chat:qwen3:8b", "anthropic:claude-sonnet-4-5"] {
+            let spec: ModelSpec = ok.parse().unwrap();
+            assert_eq!(spec.as_str(), ok);
+        }
+        assert_eq!("openai-chat:qwen3:8b".parse::<ModelSpec>().unwrap().provider_model(), Some("qwen3:8b"));
+        assert_eq!("script:x".parse::<ModelSpec>().unwrap().kind().0, ModelKind::Script);
+        for bad in ["gpt-4o", "script:", "openai:", "mystery:x", "openai: "] {
+            assert!(bad.parse::<ModelSpec>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn tool_choices() {
+        for s in ["auto", "required", "none", "tool:echo"] {
+            assert_eq!(s.parse::<ToolChoiceSpec>().unwrap().to_string(), s);
+        }
+        assert!("tool:".parse::<ToolChoiceSpec>().is_err());
+        assert!("sometimes".parse::<ToolChoiceSpec>().is_err());
+    }
+}

@@ -1,0 +1,156 @@
+//! `build()`: a definition becomes a ready agent with its model, tools, limits, context budget and pricing,
+//! and records itself in a store.
+
+use std::path::Path;
+
+use reins::Status;
+use reins_agent::{AgentDef, BuildError, BuildOptions};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+fn script(dir: &Path, turns: serde_json::Value) -> String {
+    let path = dir.join("turns.json");
+    std::fs::write(&path, turns.to_string()).unwrap();
+    path.display().to_string()
+}
+
+#[tokio::test]
+async fn a_toml_agent_with_workspace_tools_and_a_preset_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("repo")).unwrap();
+    std::fs::write(dir.path().join("repo/notes.txt"), "hello from the workspace\n").unwrap();
+    script(
+        dir.path(),
+        json!([
+            {"tool_calls": [{"id": "1", "name": "read_file", "arguments": {"path": "notes.txt"}},
+                            {"id": "2", "name": "run_command", "arguments": {"command": "say"}},
+                            {"id": "3", "name": "echo", "arguments": {"text": "hi"}}]},
+            {"content": "done"}
+        ]),
+    );
+    let text = r#"
+        model = "script:turns.json"
+        test_tools = true
+        [limits]
+        max_steps = 4
+        tool_timeout = "20s"
+        [context]
+        max_context_chars = 100000
+        max_tool_result_chars = 500
+        [workspace]
+        path = "repo"
+        [commands]
+        sandbox = "off"
+        [[presets]]
+        name = "say"
+        program = "echo"
+        args = ["said"]
+    "#;
+    let def = AgentDef::from_toml(text, dir.path()).unwrap();
+    let agent = def.build().await.unwrap();
+    let names: Vec<_> = agent.registry().specs().iter().map(|s| s.name.clone()).collect();
+    for tool in ["echo", "fail", "read_file", "write_file", "edit_file", "list_dir", "search", "run_command"] {
+        assert!(names.contains(&tool.to_owned()), "{tool} missing from {names:?}");
+    }
+    assert_eq!(agent.limits().max_steps, Some(4));
+    assert_eq!(agent.limits().tool_timeout, Some(std::time::Duration::from_secs(20)));
+    assert_eq!(agent.context().max_context, Some(100_000));
+    assert_eq!(agent.context().max_tool_result_chars, Some(500));
+    assert!(agent.pricing.is_none(), "a script has no price");
+    let outcome = agent.run("look", CancellationToken::new()).await;
+    assert_eq!(outcome.status, Status::Completed, "{outcome:?}");
+    let results: Vec<_> = outcome
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            reins::Message::ToolResult(r) => Some((r.content.clone(), r.is_error)),
+            _ => None,
+        })
+        .collect();
+    assert!(results[0].0.contains("hello from the workspace") && !results[0].1, "{results:?}");
+    assert!(results[1].0.contains("said") && !results[1].1, "{results:?}");
+    assert_eq!(results[2], ("hi".to_owned(), false));
+    agent.shutdown().await;
+}
+
+#[test]
+fn a_known_model_gets_its_window_as_the_default_budget() {
+    let def = AgentDef::from_toml(
+        "model = \"openai:gpt-4.1-mini\"\n[provider]\nbase_url = \"http://127.0.0.1:9/v1\"\n",
+        Path::new("/"),
+    )
+    .unwrap();
+    assert_eq!(def.default_context_tokens(), Some((1_047_576 - 32_000) / 10 * 9));
+    let context = def.build_context().unwrap();
+    assert_eq!(context.max_context, Some((1_047_576 - 32_000) / 10 * 9));
+    assert_eq!(context.counter.unit(), "tokens");
+    // The response cap is held back instead when set.
+    let mut capped = def.clone();
+    capped.provider.max_response_tokens = reins_agent::Positive::new(2000);
+    assert_eq!(capped.default_context_tokens(), Some((1_047_576 - 2000) / 10 * 9));
+    // A budget given wins; an unknown model or a script gets none.
+    let mut given = def.clone();
+    given.context.max_context_chars = reins_agent::Positive::new(500);
+    assert_eq!(given.default_context_tokens(), None);
+    assert_eq!(given.build_context().unwrap().counter.unit(), "characters");
+    let unknown = AgentDef::new("openai-chat:my-local-model").unwrap();
+    assert_eq!(unknown.default_context_tokens(), None);
+    // The model and its price (a local server needs no key).
+    let (_, pricing) = def.build_model().unwrap();
+    let pricing = pricing.unwrap();
+    assert_eq!(pricing.model, "gpt-4.1-mini");
+    assert!(pricing.price.is_some());
+}
+
+#[test]
+fn definitions_that_cannot_be_built_say_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = script(dir.path(), json!([{"content": "x"}]));
+    let mut def = AgentDef::new(&format!("script:{s}")).unwrap();
+    def.provider.base_url = Some("http://127.0.0.1:9/v1".into());
+    let e = def.build_model().err().unwrap().to_string();
+    assert!(e.starts_with("provider.base_url: applies to openai:"), "{e}");
+
+    let no_model = AgentDef::default();
+    let e = no_model.build_model().err().unwrap().to_string();
+    assert!(e.starts_with("no model"), "{e}");
+
+    let presets = AgentDef::new(&format!("script:{s}")).unwrap().preset(reins_agent::Preset::new("t", "true", vec![]));
+    let e = presets.build_tools().err().unwrap().to_string();
+    assert!(e.contains("presets need a workspace"), "{e}");
+
+    let bad_script = AgentDef::new(&format!("script:{}", dir.path().display())).unwrap();
+    let e = bad_script.build_model().err().unwrap().to_string();
+    assert!(e.contains("not a regular file"), "{e}");
+
+    if std::env::var_os("ANTHROPIC_API_KEY").is_none() {
+        let e = AgentDef::new("anthropic:claude-sonnet-4-5").unwrap().build_model().err().unwrap();
+        assert!(matches!(e, BuildError::MissingApiKey { env: "ANTHROPIC_API_KEY", .. }), "{e}");
+    }
+    let file = dir.path().join("prompt.md");
+    std::fs::write(&file, "Be careful.").unwrap();
+    let def = AgentDef { instructions_file: Some(file), ..AgentDef::default() };
+    assert_eq!(def.instructions_text().unwrap().as_deref(), Some("Be careful."));
+    let def = AgentDef { instructions_file: Some(dir.path().to_path_buf()), ..AgentDef::default() };
+    assert!(def.instructions_text().unwrap_err().to_string().starts_with("instructions_file: "));
+}
+
+#[tokio::test]
+async fn a_built_agent_records_its_definition_in_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = script(dir.path(), json!([{"content": "hello"}]));
+    let mut def = AgentDef::new(&format!("script:{s}")).unwrap().instructions("Say hello.");
+    def.test_tools = Some(true);
+    def.limits.max_tool_calls = Some(reins_agent::Count(3));
+    def.provider = Default::default();
+    let store = reins_store::Store::open(dir.path().join("s.db")).unwrap();
+    let agent = def.build_with(BuildOptions { store: Some((store.clone(), None)) }).await.unwrap();
+    let outcome = agent.run("hi", CancellationToken::new()).await;
+    assert_eq!(outcome.status, Status::Completed);
+    let session = store.load(outcome.session_id.as_deref().unwrap()).unwrap();
+    let runs = session.runs().unwrap();
+    let config = runs[0].start.config.clone().unwrap();
+    let recorded = AgentDef::from_session_config(&config).unwrap().unwrap();
+    assert_eq!(recorded, def);
+    assert_eq!(session.summary.model.as_deref(), Some(format!("script:{s}").as_str()));
+}

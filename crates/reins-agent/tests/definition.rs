@@ -1,0 +1,292 @@
+//! The agent definition: every key parses and round-trips, unknown keys and bad values name their path,
+//! layers override with provenance, secrets are masked, paths are relative to their file.
+
+use std::path::{Path, PathBuf};
+
+use reins_agent::{AgentDef, DefError, Layer, Origin, REDACTED, UserConfig, resolve};
+
+fn every_key_text() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/every_key.toml")).unwrap()
+}
+
+fn every_key() -> AgentDef {
+    AgentDef::from_toml(&every_key_text(), Path::new("/agents")).unwrap()
+}
+
+fn err(text: &str) -> DefError {
+    AgentDef::from_toml(text, Path::new("/agents")).unwrap_err()
+}
+
+#[test]
+fn every_key_parses_and_round_trips_through_toml_and_json() {
+    let def = every_key();
+    // Every table is there, and the paths of the file are relative to it.
+    assert_eq!(def.workspace.path.as_deref(), Some(Path::new("/agents/repo")));
+    assert_eq!(def.mcp["fs"].cwd.as_deref(), Some(Path::new("/agents/srv")));
+    assert_eq!(def.presets[1].cwd.as_deref(), Some("src"), "a preset's cwd is workspace-relative");
+    assert_eq!(def.limits.max_steps.unwrap().get(), 20);
+    assert_eq!(def.provider.temperature.unwrap().get(), 0.5);
+    assert_eq!(def.commands.limits.unwrap().cpu_seconds, Some(60));
+    assert_eq!(def.presets.len(), 2);
+    assert!(def.mcp["web"].url.is_some());
+
+    let toml_text = def.to_toml().unwrap();
+    let again = AgentDef::from_toml(&toml_text, Path::new("/elsewhere")).unwrap();
+    assert_eq!(again, def, "TOML round trip:\n{toml_text}");
+    let json = def.to_json();
+    assert_eq!(AgentDef::from_json(&json).unwrap(), def, "JSON round trip");
+    // No key was dropped on the way: the JSON form has every key of the file.
+    let source: toml::Table = toml::from_str(&every_key_text()).unwrap();
+    for (k, v) in &source {
+        assert!(json.get(k).is_some(), "{k} lost");
+        if let toml::Value::Table(t) = v {
+            for sub in t.keys() {
+                assert!(json[k].get(sub).is_some(), "{k}.{sub} lost");
+            }
+        }
+    }
+}
+
+#[test]
+fn unknown_keys_name_their_path() {
+    for (text, path) in [
+        ("bogus = 1\n", "bogus"),
+        ("[limits]\nmax_step = 3\n", "limits.max_step"),
+        ("[provider]\nsystem = \"x\"\n", "provider.system"),
+        ("[context]\nmax_context = 3\n", "context.max_context"),
+        ("[workspace]\nroot = \".\"\n", "workspace.root"),
+        ("[commands]\ntimout = \"1s\"\n", "commands.timout"),
+        ("[commands.limits]\ncpu = 1\n", "commands.limits.cpu"),
+        ("[[presets]]\nname = \"x\"\nprogram = \"y\"\nbogus = 1\n", "presets[0].bogus"),
+        ("[mcp.fs]\ncommand = \"x\"\nargz = []\n", "mcp.fs.argz"),
+    ] {
+        let e = err(text);
+        assert_eq!(e.path.as_deref(), Some(path), "{text:?}: {e}");
+        assert!(e.message.starts_with("unknown key"), "{text:?}: {e}");
+        assert!(e.to_string().starts_with(&format!("{path}: unknown key")), "{e}");
+    }
+}
+
+#[test]
+fn bad_values_name_their_path_and_what_was_expected() {
+    for (text, path, expected) in [
+        ("[limits]\nmax_steps = 0\n", "limits.max_steps", "expected a positive integer"),
+        ("[limits]\nmax_steps = -3\n", "limits.max_steps", "expected a positive integer"),
+        ("[limits]\nmax_steps = \"ten\"\n", "limits.max_steps", "expected a positive integer"),
+        ("[limits]\nmax_tool_calls = -1\n", "limits.max_tool_calls", "expected a non-negative integer"),
+        ("[limits]\ntimeout = \"soon\"\n", "limits.timeout", "expected a duration"),
+        ("[limits]\ntimeout = \"0s\"\n", "limits.timeout", "longer than zero"),
+        ("[limits]\ntool_timeout = 30\n", "limits.tool_timeout", "expected a duration"),
+        ("model = \"gpt-4o\"\n", "model", "expected PROVIDER:NAME"),
+        ("model = \"mystery:x\"\n", "model", "unknown provider"),
+        ("[provider]\ntemperature = 3.5\n", "provider.temperature", "expected a number from 0 to 2"),
+        ("[provider]\ntemperature = nan\n", "provider.temperature", "expected a number from 0 to 2"),
+        ("[provider]\ntool_choice = \"sometimes\"\n", "provider.tool_choice", "expected \"auto\""),
+        ("[provider]\nbase_url = \"ftp://x\"\n", "provider.base_url", "http://"),
+        ("[provider]\nmax_response_tokens = 5000000000\n", "provider.max_response_tokens", "at most"),
+        ("[context]\nmax_tool_result_chars = 0\n", "context.max_tool_result_chars", "positive"),
+        ("[context]\nmax_context_chars = 5\nmax_context_tokens = 5\n", "context.max_context_tokens", "not both"),
+        ("instructions = \"a\"\ninstructions_file = \"b\"\n", "instructions_file", "not both"),
+        ("test_tools = \"yes\"\n", "test_tools", "boolean"),
+        ("[commands]\nsandbox = \"sometimes\"\n", "commands.sandbox", "unknown variant"),
+        ("[[presets]]\nname = \"x\"\nprogram = \"y\"\ntimeout = \"soon\"\n", "presets[0].timeout", "duration"),
+        (
+            "[[presets]]\nname = \"x\"\nprogram = \"y\"\n[[presets]]\nname = \"x\"\nprogram = \"z\"\n",
+            "presets[1].name",
+            "duplicate",
+        ),
+        ("[mcp.fs]\nargs = [\"x\"]\n", "mcp.fs", "needs `command`"),
+        ("[mcp.fs]\ncommand = \"x\"\nurl = \"http://h/\"\n", "mcp.fs", "not both"),
+        ("[mcp.\"bad name\"]\ncommand = \"x\"\n", "mcp.bad name", "invalid MCP server name"),
+        ("[mcp.web]\nurl = \"http://h/mcp\"\ncwd = \".\"\n", "mcp.web", "for a `command`"),
+        ("[mcp.fs]\ncommand = \"x\"\ncall_timeout = \"0s\"\n", "mcp.fs.call_timeout", "longer than zero"),
+        ("limits = 3\n", "limits", ""),
+    ] {
+        let e = err(text);
+        assert_eq!(e.path.as_deref(), Some(path), "{text:?}: {e}");
+        assert!(e.message.contains(expected), "{text:?}: {e}");
+        assert!(!e.message.contains('\n'), "one line: {e:?}");
+    }
+    // The example of the issue, word for word.
+    assert_eq!(err("[limits]\nmax_steps = 0\n").to_string(), "limits.max_steps: expected a positive integer, not 0");
+    // Syntax errors give the line and column.
+    let e = err("model = \"script:x\"\n[limits\n");
+    assert!(e.path.is_none() && e.message.contains("line 2"), "{e}");
+}
+
+#[test]
+fn files_are_read_bounded_and_regular_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = reins_agent::agent_file(dir.path()).unwrap_err();
+    assert!(e.to_string().contains("not a regular file"), "{e}");
+    let e = reins_agent::agent_file(Path::new("/dev/zero")).unwrap_err();
+    assert!(e.to_string().contains("not a regular file"), "{e}");
+    let fifo = dir.path().join("fifo");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let e = reins_agent::agent_file(&fifo).unwrap_err();
+    assert!(e.to_string().contains("not a regular file"), "a FIFO is refused without blocking: {e}");
+    let big = dir.path().join("big.toml");
+    std::fs::write(&big, "# x\n".repeat(300_000)).unwrap();
+    let e = reins_agent::agent_file(&big).unwrap_err();
+    assert!(e.to_string().contains("too large"), "{e}");
+    // A good file: its relative paths are relative to it, wherever the process runs.
+    let file = dir.path().join("a.toml");
+    std::fs::write(&file, "model = \"script:turns.json\"\ninstructions_file = \"prompt.md\"\n").unwrap();
+    let def = reins_agent::agent_file(&file).unwrap();
+    assert_eq!(def.model.unwrap().as_str(), format!("script:{}", dir.path().join("turns.json").display()));
+    assert_eq!(def.instructions_file.unwrap(), dir.path().join("prompt.md"));
+    let e = reins_agent::agent_file(&dir.path().join("missing.toml")).unwrap_err();
+    assert!(e.to_string().starts_with("agent file ") && e.to_string().contains("missing.toml"), "{e}");
+}
+
+fn layer(origin: Origin, text: &str) -> Layer {
+    Layer::new(origin, AgentDef::from_toml(text, Path::new("/l")).unwrap())
+}
+
+#[test]
+fn layers_override_key_by_key_and_know_where_each_value_came_from() {
+    let user = Origin::UserConfig { path: PathBuf::from("/u/config.toml") };
+    let file = Origin::AgentFile { path: PathBuf::from("/a/agent.toml") };
+    let resolved = resolve(&[
+        layer(
+            user.clone(),
+            "model = \"openai:gpt-4.1-mini\"\ninstructions = \"user\"\n[limits]\nmax_steps = 5\ntimeout = \"1m\"\n\
+             [context]\nmax_context_chars = 100\n[[presets]]\nname = \"a\"\nprogram = \"x\"\n\
+             [mcp.fs]\ncommand = \"x\"\nargs = [\"1\"]\ncall_timeout = \"9s\"\n",
+        ),
+        layer(
+            file.clone(),
+            "instructions_file = \"p.md\"\n[limits]\nmax_steps = 7\n[context]\nmax_context_tokens = 200\n\
+             [[presets]]\nname = \"a\"\nprogram = \"y\"\n[[presets]]\nname = \"b\"\nprogram = \"z\"\n\
+             [mcp.fs]\ncommand = \"other\"\n",
+        ),
+        layer(Origin::Flag, "[limits]\ntimeout = \"2m\"\n"),
+    ])
+    .unwrap();
+    let d = &resolved.def;
+    assert_eq!(d.limits.max_steps.unwrap().get(), 7);
+    assert_eq!(d.limits.timeout.unwrap().to_string(), "2m");
+    assert_eq!(d.model.as_ref().unwrap().as_str(), "openai:gpt-4.1-mini");
+    // Keys that exclude each other: the higher layer's wins, the other is gone.
+    assert_eq!((d.instructions.as_deref(), d.instructions_file.as_deref()), (None, Some(Path::new("/l/p.md"))));
+    assert_eq!((d.context.max_context_chars, d.context.max_context_tokens.map(|n| n.get())), (None, Some(200)));
+    // Presets and MCP servers: replaced whole by name, others kept in order.
+    let presets: Vec<_> = d.presets.iter().map(|p| (p.name.as_str(), p.program.as_str())).collect();
+    assert_eq!(presets, [("a", "y"), ("b", "z")]);
+    assert_eq!(d.mcp["fs"].command.as_deref(), Some("other"));
+    assert!(d.mcp["fs"].args.is_empty() && d.mcp["fs"].call_timeout.is_none(), "the table is replaced whole");
+
+    let o = |k: &str| resolved.origin(k).cloned();
+    assert_eq!(o("limits.max_steps"), Some(file.clone()));
+    assert_eq!(o("limits.timeout"), Some(Origin::Flag));
+    assert_eq!(o("model"), Some(user.clone()));
+    assert_eq!(o("instructions"), None);
+    assert_eq!(o("instructions_file"), Some(file.clone()));
+    assert_eq!(o("context.max_context_chars"), None);
+    assert_eq!(o("context.max_tool_result_chars"), Some(Origin::Default));
+    assert_eq!(o("test_tools"), Some(Origin::Default));
+    assert_eq!(o("presets.a"), Some(file.clone()));
+    assert_eq!(o("mcp.fs"), Some(file.clone()));
+    assert_eq!(o("mcp.fs.command"), Some(file.clone()));
+    // Every entry shown has an origin; secrets are masked.
+    let entries = resolved.entries();
+    assert!(entries.iter().any(|e| e.key == "limits.max_steps" && e.value == 7 && e.origin == file));
+    assert!(entries.iter().any(|e| e.key == "presets.b" && e.value["program"] == "z"));
+}
+
+#[test]
+fn the_user_config_gives_defaults_and_profiles() {
+    let text = "[limits]\nmax_steps = 9\n[workspace]\npath = \"ws\"\n\
+                [profiles.fast]\nmodel = \"openai:gpt-4.1-nano\"\n[profiles.fast.limits]\nmax_steps = 3\n\
+                [profiles.careful.limits]\nmax_tool_calls = 0\n";
+    let path = Path::new("/home/u/.config/reins/config.toml");
+    let user = UserConfig::parse(text, path).unwrap();
+    assert_eq!(user.defaults.workspace.path.as_deref(), Some(Path::new("/home/u/.config/reins/ws")));
+    let layers = user.layers(Some("fast")).unwrap();
+    let agent = Layer::new(
+        Origin::AgentFile { path: "/a.toml".into() },
+        AgentDef::from_toml("[limits]\ntimeout = \"1m\"\n", Path::new("/")).unwrap(),
+    );
+    let resolved = resolve(&[layers, vec![agent]].concat()).unwrap();
+    assert_eq!(resolved.def.limits.max_steps.unwrap().get(), 3);
+    assert_eq!(resolved.def.model.as_ref().unwrap().as_str(), "openai:gpt-4.1-nano");
+    assert_eq!(
+        resolved.origin("limits.max_steps"),
+        Some(&Origin::Profile { name: "fast".into(), path: path.to_path_buf() })
+    );
+    assert_eq!(resolved.origin("workspace.path"), Some(&Origin::UserConfig { path: path.to_path_buf() }));
+    // Without a profile, the defaults only; an unknown profile names the known ones.
+    let plain = resolve(&user.layers(None).unwrap()).unwrap();
+    assert_eq!(plain.def.limits.max_steps.unwrap().get(), 9);
+    let e = user.layers(Some("quick")).unwrap_err().to_string();
+    assert!(e.contains("no profile \"quick\"") && e.contains("careful, fast"), "{e}");
+    // Bad keys in a profile name the profile's path.
+    let e = UserConfig::parse("[profiles.fast.limits]\nmax_steps = 0\n", path).unwrap_err();
+    assert_eq!(e.path.as_deref(), Some("profiles.fast.limits.max_steps"), "{e}");
+    let e = UserConfig::parse("[profiles.fast]\nbogus = 1\n", path).unwrap_err();
+    assert_eq!(e.path.as_deref(), Some("profiles.fast.bogus"), "{e}");
+    let e = UserConfig::parse("[limits]\nmax_stepz = 1\n", path).unwrap_err();
+    assert_eq!(e.path.as_deref(), Some("limits.max_stepz"), "{e}");
+    // A missing user config is an empty one.
+    let none = UserConfig::read(Path::new("/nonexistent/reins/config.toml")).unwrap();
+    assert_eq!(none.defaults, AgentDef::default());
+}
+
+#[test]
+fn secrets_are_masked_and_a_redacted_definition_does_not_build() {
+    let def = every_key();
+    let red = def.redacted();
+    assert_eq!(red.provider.headers["X-Team"], REDACTED);
+    assert_eq!(red.mcp["web"].headers["Authorization"], REDACTED);
+    assert_eq!(red.mcp["fs"].env["GITHUB_TOKEN"], REDACTED);
+    assert_eq!(red.mcp["fs"].env["DEBUG"], "0", "only secret-looking names are masked");
+    let text = serde_json::to_string(&red.to_json()).unwrap();
+    for secret in ["secret-team-token", "secret-bearer", "ghp_secret"] {
+        assert!(!text.contains(secret), "{secret} leaked: {text}");
+    }
+    let config = def.session_config(Some("Be brief."));
+    let recorded = serde_json::to_string(&config).unwrap();
+    for secret in ["secret-team-token", "secret-bearer", "ghp_secret"] {
+        assert!(!recorded.contains(secret), "{secret} recorded: {recorded}");
+    }
+    let mut keys = red.redacted_keys();
+    keys.sort();
+    assert_eq!(keys, ["mcp.fs.env.GITHUB_TOKEN", "mcp.web.headers.Authorization", "provider.headers.X-Team"]);
+    let e = red.check_secrets().unwrap_err().to_string();
+    assert!(e.starts_with("provider.headers.X-Team: this secret was not recorded"), "{e}");
+}
+
+#[test]
+fn a_recorded_definition_reads_back_and_old_sessions_still_give_one() {
+    let def = every_key();
+    let config = def.session_config(Some("Be brief."));
+    let back = AgentDef::from_session_config(&config).unwrap().unwrap();
+    assert_eq!(back, AgentDef { instructions: Some("Be brief.".into()), ..def.redacted() });
+    // A session recorded before definitions were: its flags.
+    let legacy = serde_json::json!({"model": "script:/x/t.json", "test_tools": true, "workspace": "/w",
+        "max_tool_result_chars": 100, "max_context_chars": null, "max_context_tokens": 500});
+    let old = AgentDef::from_session_config(&legacy).unwrap().unwrap();
+    assert_eq!(old.model.unwrap().as_str(), "script:/x/t.json");
+    assert_eq!(old.test_tools, Some(true));
+    assert_eq!(old.workspace.path.as_deref(), Some(Path::new("/w")));
+    assert_eq!(old.context.max_tool_result_chars.unwrap().get(), 100);
+    assert_eq!(old.context.max_context_tokens.unwrap().get(), 500);
+    assert_eq!(AgentDef::from_session_config(&serde_json::Value::Null).unwrap(), None);
+}
+
+#[test]
+fn command_line_specs_become_tables() {
+    let (name, server) = reins_agent::McpServerDef::from_spec("fs=node server.js '/tmp/my dir'").unwrap();
+    assert_eq!(name, "fs");
+    assert_eq!(server.command.as_deref(), Some("node"));
+    assert_eq!(server.args, ["server.js", "/tmp/my dir"]);
+    let (_, web) = reins_agent::McpServerDef::from_spec("web=http://127.0.0.1:9/mcp").unwrap();
+    assert_eq!(web.url.as_deref(), Some("http://127.0.0.1:9/mcp"));
+    assert!(reins_agent::McpServerDef::from_spec("bad__name=x").is_err());
+    let p = reins_agent::parse_preset("test=cargo test -- 'a b' \"c;d\"").unwrap();
+    assert_eq!((p.name.as_str(), p.program.as_str()), ("test", "cargo"));
+    assert_eq!(p.args, ["test", "--", "a b", "c;d"]);
+    for bad in ["nocommand", "x=", "x=echo 'open"] {
+        assert!(reins_agent::parse_preset(bad).is_err(), "{bad}");
+    }
+}

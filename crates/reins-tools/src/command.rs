@@ -312,7 +312,10 @@ pub struct CommandOutcome {
 }
 
 impl CommandOutcome {
-    /// The outcome as text for a model: the status, stdout, stderr (with what was dropped), duration and sandbox.
+    /// The outcome as text for a model: the status, stdout, stderr (with what was dropped) and the sandbox.
+    /// The measured duration stays out of the text (it is in `duration_ms` and the run's `tool_end` event): a
+    /// result is then a function of what the command did, so a replayed session compares equal and the
+    /// request prefix a provider caches does not change with timing.
     pub fn render(&self) -> String {
         let status = match self.termination {
             Termination::Exited { code } => format!("exit code {code}"),
@@ -345,7 +348,7 @@ impl CommandOutcome {
                 "[the protected-path check stopped at its entry or depth limit; not every path was checked]\n",
             );
         }
-        out.push_str(&format!("[{} ms; sandbox: {}]", self.duration_ms, self.sandbox));
+        out.push_str(&format!("[sandbox: {}]", self.sandbox));
         out
     }
 }

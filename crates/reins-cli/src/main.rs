@@ -47,7 +47,7 @@ enum Command {
     /// Run an agent on a prompt.
     #[command(after_help = EXIT_CODES_HELP)]
     Run(Box<run::RunArgs>),
-    /// Recorded sessions: `reins sessions list|show|export`.
+    /// Recorded sessions: `reins sessions list|show|export|backup`.
     Sessions(sessions_cli::SessionsArgs),
     /// Re-runs a recorded session offline (recorded model responses, tools in a scratch copy of the
     /// workspace) and reports the first divergence. Exit 0 when identical, 10 when it diverged.
@@ -81,6 +81,8 @@ fn main() -> std::process::ExitCode {
             Command::Mcp(args) => mcp_cli::mcp(args).await,
         }
     });
+    // Every way out (a run that ended, an error): the stores are closed, their logs checkpointed.
+    sessions_cli::close_stores();
     match result {
         Ok(code) => std::process::ExitCode::from(code),
         Err(e) => e.report(),

@@ -71,6 +71,14 @@ enum SessionsCommand {
         #[command(flatten)]
         store: StoreFlag,
     },
+    /// Writes a consistent copy of the whole store to FILE (SQLite's online backup; runs may go on
+    /// meanwhile). FILE must not exist (exit 2 if it does); it is created readable by its owner only.
+    Backup {
+        /// The new file.
+        file: PathBuf,
+        #[command(flatten)]
+        store: StoreFlag,
+    },
 }
 
 /// `reins replay`.
@@ -102,15 +110,33 @@ fn store_path(flag: Option<&Path>) -> Result<PathBuf, CliError> {
     reins_store::default_path().map_err(|e| usage(e.to_string()))
 }
 
+/// The stores this process opened, closed by [`close_stores`] before it exits.
+static OPENED: std::sync::Mutex<Vec<Store>> = std::sync::Mutex::new(Vec::new());
+
 fn open(flag: Option<&Path>) -> Result<Store, CliError> {
     let path = store_path(flag)?;
-    Store::open(&path).map_err(store_err)
+    let store = Store::open(&path).map_err(store_err)?;
+    OPENED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(store.clone());
+    Ok(store)
+}
+
+/// Closes every store the command opened, whatever way it ends (a run that ended, an error, a
+/// subcommand): waits for the runs' writers to hand their connections back, then checkpoints the
+/// write-ahead log into the store file, so that the file alone holds every session. A failure is a
+/// warning: what was not checkpointed is still safe in the `-wal` file beside the store.
+pub fn close_stores() {
+    let stores = std::mem::take(&mut *OPENED.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    for store in stores {
+        if let Err(e) = store.close() {
+            eprintln!("reins: warning: closing the session store: {e}");
+        }
+    }
 }
 
 fn store_err(e: reins_store::StoreError) -> CliError {
     use reins_store::StoreError as E;
     match e {
-        E::NotFound(_) | E::Ambiguous { .. } | E::Resume { .. } => usage(e.to_string()),
+        E::NotFound(_) | E::Ambiguous { .. } | E::Resume { .. } | E::Exists { .. } => usage(e.to_string()),
         other => CliError::Internal(anyhow::anyhow!(other)),
     }
 }
@@ -195,6 +221,12 @@ pub fn sessions(args: SessionsArgs) -> Result<u8, CliError> {
                 out.push('\n');
             }
             out!("{out}");
+            Ok(0)
+        }
+        SessionsCommand::Backup { file, store } => {
+            let store = open(store.store.as_deref())?;
+            store.backup(&file).map_err(store_err)?;
+            eprintln!("reins: backed up {} to {}", store.path().display(), file.display());
             Ok(0)
         }
     }

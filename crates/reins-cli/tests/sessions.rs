@@ -261,3 +261,114 @@ fn a_damaged_store_is_a_clear_error() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("corrupt or truncated"));
     let _ = Path::new("");
 }
+
+/// The session ids `sessions list --json` finds in the store `store`.
+fn listed(store: &Path) -> Vec<String> {
+    let out = reins().args(["sessions", "list", "--json", "--store"]).arg(store).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn the_store_file_alone_holds_every_session_once_a_run_has_exited() {
+    let dir = Dir::new("one-file");
+    let copies = Dir::new("one-file-copies");
+    let mut ids: Vec<String> = Vec::new();
+    for round in 0..4 {
+        let extra: Vec<&str> = match ids.first() {
+            // A resume too: its run is appended to an existing session.
+            Some(id) if round == 3 => vec!["--test-tools", "--resume", id, "again"],
+            _ => vec!["--test-tools", "go"],
+        };
+        let (out, outcome) = run(&dir, &echo_script(), &extra);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let id = outcome["session_id"].as_str().unwrap().to_owned();
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+        // Only the file, as "one file" invites: no write-ahead log beside it holds anything.
+        let wal = dir.0.join("sessions.db-wal");
+        assert!(std::fs::metadata(&wal).map_or(0, |m| m.len()) == 0, "round {round}: the WAL still holds data");
+        let copy = copies.0.join(format!("copy-{round}.db"));
+        std::fs::copy(dir.store(), &copy).unwrap();
+        let mut found = listed(&copy);
+        found.sort();
+        let mut expected = ids.clone();
+        expected.sort();
+        assert_eq!(found, expected, "round {round}");
+        let show = reins().args(["sessions", "show", &ids[0], "--json", "--store"]).arg(&copy).output().unwrap();
+        let show: Value = serde_json::from_slice(&show.stdout).unwrap();
+        assert_eq!(show["session"]["runs"], if round == 3 { 2 } else { 1 }, "round {round}");
+        assert_eq!(show["session"]["status"], "completed");
+    }
+}
+
+#[test]
+fn sessions_backup_copies_every_session_while_another_process_writes() {
+    use std::io::BufRead as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = Dir::new("backup");
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let (out, outcome) = run(&dir, &echo_script(), &["--test-tools", "go"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        ids.push(outcome["session_id"].as_str().unwrap().to_owned());
+    }
+    // A third run holds the store open, waiting on a slow model turn after a recorded tool call.
+    let slow = dir.file(
+        "slow.json",
+        &json!([
+            {"tool_calls": [{"id": "1", "name": "echo", "arguments": {"text": "hi"}}]},
+            {"delay_ms": 60_000, "content": "late"}
+        ])
+        .to_string(),
+    );
+    let mut child = reins()
+        .args(["run", "--test-tools", "--json", "--model"])
+        .arg(format!("script:{}", slow.display()))
+        .arg("--store")
+        .arg(dir.store())
+        .arg("slow")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let running = loop {
+        let line: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        if line["type"] == "model_start" && line["step"] == 2 {
+            break line;
+        }
+    };
+    let copy = dir.0.join("backup.db");
+    let out = reins().args(["sessions", "backup"]).arg(&copy).arg("--store").arg(dir.store()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::metadata(&copy).unwrap().permissions().mode() & 0o777, 0o600);
+    // The copy is one file: moved on its own, it holds every session, the running one with its tool call.
+    let moved = dir.0.join("moved");
+    std::fs::create_dir_all(&moved).unwrap();
+    std::fs::copy(&copy, moved.join("copy.db")).unwrap();
+    let found = listed(&moved.join("copy.db"));
+    assert_eq!(found.len(), 3, "{found:?}");
+    assert!(ids.iter().all(|id| found.contains(id)), "{found:?}");
+    let run_id = running["run_id"].as_str().unwrap();
+    let third = found.iter().find(|id| !ids.contains(id)).unwrap();
+    let show =
+        reins().args(["sessions", "show", third, "--json", "--store"]).arg(moved.join("copy.db")).output().unwrap();
+    let show: Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(show["session"]["status"], "running");
+    assert!(show["entries"].as_array().unwrap().iter().any(|e| e["data"]["run_id"] == run_id));
+    assert_eq!(transcript(&show).len(), 3, "the prompt, the call and its result");
+
+    // An existing file is never overwritten: exit 2, the file untouched.
+    let before = std::fs::read(&copy).unwrap();
+    let again = reins().args(["sessions", "backup"]).arg(&copy).arg("--store").arg(dir.store()).output().unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
+    assert_eq!(std::fs::read(&copy).unwrap(), before);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

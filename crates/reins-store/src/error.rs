@@ -96,6 +96,20 @@ pub enum StoreError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The file a backup was to be written to exists already (a backup never overwrites a file).
+    #[error("{path} already exists; a backup never overwrites a file: remove it or name another")]
+    Exists {
+        /// The backup file asked for.
+        path: PathBuf,
+    },
+    /// The backup file cannot be created or written.
+    #[error("cannot write the backup {path}: {detail}")]
+    Backup {
+        /// The backup file.
+        path: PathBuf,
+        /// What failed.
+        detail: String,
+    },
     /// No default location: neither `XDG_DATA_HOME` nor `HOME` is set.
     #[error("no default session store location: set HOME or XDG_DATA_HOME, or pass --store PATH")]
     NoHome,

@@ -415,8 +415,10 @@ impl Journal for SessionJournal {
             blocking(|| register(&self.store, &self.meta, &self.target, recorded, &first)).map_err(JournalError)?;
         let store = self.store.clone();
         let background = shared.clone();
+        // Until the writer has handed the run's connection back, closing the store waits for it.
+        let ticket = self.store.run_ticket();
         self.store
-            .in_background(Box::new(move || writer(store, background)))
+            .in_background(Box::new(move || writer(store, background, ticket)))
             .map_err(|e| JournalError(format!("cannot start the writer thread: {e}")))?;
         Ok(Arc::new(RunLog { session_id: shared.session_id.clone(), recorded, shared, prices: self.meta.prices }))
     }
@@ -541,7 +543,7 @@ fn register(
 }
 
 /// The background writer of one run: writes when the run is quiet or its queue long, checkpoints.
-fn writer(store: Store, shared: Arc<Shared>) {
+fn writer(store: Store, shared: Arc<Shared>, ticket: crate::store::RunTicket) {
     loop {
         let (closed, write_now, due) = {
             let p = shared.lock_pending();
@@ -576,6 +578,7 @@ fn writer(store: Store, shared: Arc<Shared>) {
             }
         }
         if closed {
+            drop(ticket);
             return;
         }
     }

@@ -56,13 +56,69 @@ impl Default for StoreOptions {
 pub struct Store {
     path: PathBuf,
     options: StoreOptions,
-    /// Write connections runs have finished with, kept open for the next runs: opening one costs a
-    /// millisecond or more, and closing the last one checkpoints and removes the write-ahead log.
-    idle: Arc<Mutex<Vec<Connection>>>,
+    /// Write connections runs have finished with, kept open for the next runs (opening one costs a
+    /// millisecond or more), and the runs still writing.
+    pool: Arc<Pool>,
     /// Flushes since the write-ahead log was last checkpointed.
     flushes: Arc<std::sync::atomic::AtomicU32>,
     /// Background threads waiting for a run to serve (a thread costs tens of microseconds to start).
     threads: Arc<Mutex<Vec<Arc<Waiting>>>>,
+}
+
+/// The write connections of a store's clones. When the last clone goes (or [`Store::close`]), the
+/// write-ahead log is checkpointed into the database file and truncated before the connections close, so
+/// that the file alone holds every session this process wrote.
+#[derive(Debug, Default)]
+struct Pool {
+    idle: Mutex<Vec<Connection>>,
+    /// Runs whose writer still holds a connection.
+    runs: Mutex<usize>,
+    runs_ended: std::sync::Condvar,
+}
+
+impl Pool {
+    fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
+        self.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Checkpoints the write-ahead log into the database (TRUNCATE) through one of the idle connections,
+    /// then closes them all. Waits at most [`CLOSE_WAIT`] for other processes' readers and writers: what
+    /// a busy store keeps in its log is still safe there, and the next checkpoint moves it.
+    fn checkpoint_and_close(&self) -> rusqlite::Result<()> {
+        let idle = std::mem::take(&mut *self.lock_idle());
+        let mut result = Ok(());
+        if let Some(conn) = idle.first() {
+            result = conn
+                .busy_timeout(CLOSE_WAIT)
+                .and_then(|()| conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())));
+        }
+        for conn in idle {
+            if let Err((_, e)) = conn.close() {
+                result = result.and(Err(e));
+            }
+        }
+        result
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        let _ = self.checkpoint_and_close();
+    }
+}
+
+/// How long closing a store waits for other processes to let its checkpoint through.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
+
+/// A run that writes through the store: while one exists, [`Store::close`] waits for it to end.
+pub(crate) struct RunTicket(Arc<Pool>);
+
+impl Drop for RunTicket {
+    fn drop(&mut self) {
+        let mut runs = self.0.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *runs = runs.saturating_sub(1);
+        self.0.runs_ended.notify_all();
+    }
 }
 
 /// Work for a background thread of the store.
@@ -256,7 +312,7 @@ impl Store {
             std::fs::create_dir_all(dir).map_err(|source| StoreError::Directory { path: dir.to_path_buf(), source })?;
         }
         check_size(&path)?;
-        let store = Store { path, options, idle: Arc::default(), flushes: Arc::default(), threads: Arc::default() };
+        let store = Store { path, options, pool: Arc::default(), flushes: Arc::default(), threads: Arc::default() };
         let mut conn = store.connect(false)?;
         let err = |e| StoreError::sqlite(&store.path, e);
         match schema::check(&conn).map_err(err)? {
@@ -317,7 +373,7 @@ impl Store {
 
     /// A write connection for a run (an idle one when there is one): it never checkpoints by itself.
     pub(crate) fn writer_connection(&self) -> Result<Connection, StoreError> {
-        if let Some(conn) = self.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop() {
+        if let Some(conn) = self.pool.lock_idle().pop() {
             return Ok(conn);
         }
         let conn = self.connect(false)?;
@@ -371,11 +427,93 @@ impl Store {
     /// Keeps a write connection a run has finished with for the next one (unless it is mid-transaction).
     pub(crate) fn give_back(&self, conn: Connection) {
         if conn.is_autocommit() {
-            let mut idle = self.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut idle = self.pool.lock_idle();
             if idle.len() < IDLE_CONNECTIONS {
                 idle.push(conn);
             }
         }
+    }
+
+    /// A run begins writing through the store; it has ended when the ticket is dropped.
+    pub(crate) fn run_ticket(&self) -> RunTicket {
+        *self.pool.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner) += 1;
+        RunTicket(self.pool.clone())
+    }
+
+    /// Closes the store's write connections, once the runs recorded through it (in this process) have
+    /// handed theirs back: checkpoints the write-ahead log into the database file and truncates it, so
+    /// that the file alone holds every session written (unless another process keeps the store busy for
+    /// longer than a second; then the log holds the rest until the next checkpoint, and nothing is lost).
+    /// Waits at most the busy timeout for runs still writing. The store stays usable: later work opens
+    /// new connections. Dropping the last clone of a store does the same, without waiting.
+    ///
+    /// Call it before the process exits: a run's writer thread hands its connection back just after the
+    /// run ends, and a process that exits first leaves the last sessions in the `-wal` file beside the
+    /// store (safe, but not in the one file).
+    pub fn close(&self) -> Result<(), StoreError> {
+        let runs = self.pool.runs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (runs, _) = self
+            .pool
+            .runs_ended
+            .wait_timeout_while(runs, self.options.busy_timeout, |n| *n > 0)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        drop(runs);
+        self.pool.checkpoint_and_close().map_err(|e| StoreError::sqlite(&self.path, e))
+    }
+
+    /// Writes a consistent copy of the whole store to `dest` with SQLite's online backup API (a snapshot
+    /// read in one step: runs of other processes go on meanwhile, and the copy holds every session
+    /// committed when it began). `dest` must not exist: it is created with mode 0600 (never an
+    /// overwrite, never through a symlink) and removed again if the copy fails.
+    pub fn backup(&self, dest: &Path) -> Result<(), StoreError> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(dest);
+        match file {
+            Ok(f) => drop(f),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(StoreError::Exists { path: dest.to_path_buf() });
+            }
+            Err(e) => return Err(StoreError::Backup { path: dest.to_path_buf(), detail: e.to_string() }),
+        }
+        let copied = self.backup_into(dest);
+        if copied.is_err() {
+            let _ = std::fs::remove_file(dest);
+            for suffix in ["-journal", "-wal", "-shm"] {
+                let mut side = dest.as_os_str().to_owned();
+                side.push(suffix);
+                let _ = std::fs::remove_file(side);
+            }
+        }
+        copied
+    }
+
+    fn backup_into(&self, dest: &Path) -> Result<(), StoreError> {
+        let failed = |e: rusqlite::Error| StoreError::Backup { path: dest.to_path_buf(), detail: e.to_string() };
+        let src = self.connect(true)?;
+        let mut dst =
+            Connection::open_with_flags(dest, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+                .map_err(failed)?;
+        dst.busy_timeout(self.options.busy_timeout).map_err(failed)?;
+        {
+            let backup = rusqlite::backup::Backup::new(&src, &mut dst).map_err(failed)?;
+            // Every page in one step: one read snapshot of the source, so the copy is consistent (in WAL
+            // mode the snapshot does not stop other processes' runs). A lock is waited out.
+            let started = std::time::Instant::now();
+            loop {
+                match backup.step(-1).map_err(failed)? {
+                    rusqlite::backup::StepResult::Done => break,
+                    rusqlite::backup::StepResult::More => {}
+                    _ if started.elapsed() >= self.options.busy_timeout => {
+                        return Err(StoreError::Busy {
+                            path: self.path.clone(),
+                            detail: "the backup could not read the store".into(),
+                        });
+                    }
+                    _ => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        }
+        dst.close().map_err(|(_, e)| failed(e))
     }
 
     /// Every session, newest first.

@@ -372,3 +372,122 @@ fn cached_input_is_priced_apart() {
     let no_cache_price = reins_store::Prices { cached_input_per_mtok: 0.0, ..p };
     assert!((no_cache_price.cost(&u) - (2.0 + 0.8)).abs() < 1e-9);
 }
+
+fn wal_len(db: &std::path::Path) -> u64 {
+    let mut wal = db.as_os_str().to_owned();
+    wal.push("-wal");
+    std::fs::metadata(wal).map_or(0, |m| m.len())
+}
+
+/// A connection of another "process" that keeps the store open (in WAL mode: it has read it).
+fn held_open(db: &std::path::Path) -> rusqlite::Connection {
+    let c = rusqlite::Connection::open(db).unwrap();
+    c.query_row("SELECT count(*) FROM sessions", [], |r| r.get::<_, i64>(0)).unwrap();
+    c
+}
+
+#[test]
+fn closing_the_store_leaves_every_session_in_the_one_file() {
+    let dir = TempDir::new("close");
+    let db = dir.path().join("s.db");
+    let store = Store::open(&db).unwrap();
+    // Another connection keeps the store open all along (as another process would): SQLite's own
+    // checkpoint when the last connection closes cannot help then.
+    let _held = held_open(&db);
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let a = agent(&store, vec![ModelResponse::tool_calls("", vec![call("a", "x")]), ModelResponse::text("ok")]);
+        let o = rt().block_on(a.run(&format!("run {i}"), CancellationToken::new()));
+        ids.push(o.session_id.unwrap());
+    }
+    // Closing waits for the runs' writers to hand their connections back, then checkpoints.
+    store.close().unwrap();
+    assert_eq!(wal_len(&db), 0, "the write-ahead log was checkpointed and truncated");
+    let copy = dir.path().join("copy.db");
+    std::fs::copy(&db, &copy).unwrap();
+    let mut found: Vec<String> = Store::open(&copy).unwrap().list().unwrap().into_iter().map(|s| s.id).collect();
+    found.sort();
+    ids.sort();
+    assert_eq!(found, ids);
+    // The store goes on working after a close.
+    let a = agent(&store, vec![ModelResponse::text("again")]);
+    assert_eq!(rt().block_on(a.run("more", CancellationToken::new())).status, Status::Completed);
+    assert_eq!(store.list().unwrap().len(), 4);
+}
+
+#[test]
+fn the_last_clone_of_a_store_checkpoints_when_dropped() {
+    let dir = TempDir::new("drop-close");
+    let db = dir.path().join("s.db");
+    let held;
+    let id = {
+        let store = Store::open(&db).unwrap();
+        held = held_open(&db);
+        let a = agent(&store, vec![ModelResponse::text("ok")]);
+        let id = rt().block_on(a.run("go", CancellationToken::new())).session_id.unwrap();
+        assert!(wal_len(&db) > 0);
+        id
+    };
+    // The run's writer thread may hold the last clone a moment longer: it checkpoints when it lets go.
+    let t0 = std::time::Instant::now();
+    while wal_len(&db) > 0 && t0.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(wal_len(&db), 0);
+    drop(held);
+    let copy = dir.path().join("copy.db");
+    std::fs::copy(&db, &copy).unwrap();
+    assert_eq!(Store::open(&copy).unwrap().list().unwrap()[0].id, id);
+}
+
+#[test]
+fn a_backup_is_a_consistent_private_copy_that_never_overwrites() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = TempDir::new("backup");
+    let db = dir.path().join("s.db");
+    let store = Store::open(&db).unwrap();
+    let a = agent(&store, vec![ModelResponse::tool_calls("", vec![call("a", "x")]), ModelResponse::text("ok")]);
+    let done = rt().block_on(a.run("first", CancellationToken::new())).session_id.unwrap();
+    // A run still going in another thread: its first step is committed, its model waits.
+    let running_store = store.clone();
+    let running = std::thread::spawn(move || {
+        let steps = vec![
+            reins::ScriptStep::Respond(ModelResponse::tool_calls("", vec![call("b", "y")])),
+            reins::ScriptStep::Delay(
+                std::time::Duration::from_millis(1500),
+                Box::new(reins::ScriptStep::Respond(ModelResponse::text("late"))),
+            ),
+        ];
+        let a = Agent::builder(ScriptedModel::new(steps))
+            .registry(Registry::builder().tool(echo()).build().unwrap())
+            .journal(running_store.journal(SessionMeta::default()))
+            .build()
+            .unwrap();
+        rt().block_on(a.run("second", CancellationToken::new()))
+    });
+    let t0 = std::time::Instant::now();
+    while !store.list().unwrap().iter().any(|s| s.status == "running" && s.messages == 3) {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(10), "the second run did not get going");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let copy = dir.path().join("backup.db");
+    store.backup(&copy).unwrap();
+    assert_eq!(std::fs::metadata(&copy).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(wal_len(&copy), 0, "the copy is one file");
+    let moved = dir.path().join("moved.db");
+    std::fs::rename(&copy, &moved).unwrap();
+    let listed = Store::open(&moved).unwrap().list().unwrap();
+    assert_eq!(listed.len(), 2);
+    assert!(listed.iter().any(|s| s.id == done && s.status == "completed"));
+    assert!(listed.iter().any(|s| s.id != done && s.status == "running" && s.messages == 3));
+    assert_eq!(running.join().unwrap().status, Status::Completed);
+
+    // Never an overwrite, never through a symlink: the existing file is left as it was.
+    std::fs::write(&copy, "keep me").unwrap();
+    assert!(matches!(store.backup(&copy), Err(StoreError::Exists { .. })));
+    assert_eq!(std::fs::read_to_string(&copy).unwrap(), "keep me");
+    let link = dir.path().join("link.db");
+    std::os::unix::fs::symlink(dir.path().join("elsewhere.db"), &link).unwrap();
+    assert!(matches!(store.backup(&link), Err(StoreError::Exists { .. })));
+    assert!(!dir.path().join("elsewhere.db").exists());
+}

@@ -385,30 +385,49 @@ impl Drop for Scratch {
     }
 }
 
+/// The context rules a run recorded (`tiktoken`: the tokenizer, built once for all runs that count tokens).
+fn replay_context(
+    config: &serde_json::Value,
+    tiktoken: &mut Option<Arc<dyn TokenCounter>>,
+) -> Result<ContextConfig, CliError> {
+    let max_tool_result_chars = config["max_tool_result_chars"].as_u64().unwrap_or(32_000);
+    let (max_context, counter): (Option<u64>, Arc<dyn TokenCounter>) = match config["max_context_tokens"].as_u64() {
+        Some(t) => {
+            let counter = match tiktoken {
+                Some(c) => c.clone(),
+                None => {
+                    let c: Arc<dyn TokenCounter> = Arc::new(
+                        reins::TiktokenCounter::o200k_base().map_err(|e| CliError::Internal(anyhow::anyhow!(e)))?,
+                    );
+                    tiktoken.insert(c).clone()
+                }
+            };
+            (Some(t), counter)
+        }
+        None => (config["max_context_chars"].as_u64(), Arc::new(CharCounter)),
+    };
+    Ok(ContextConfig {
+        max_context,
+        max_tool_result_chars: Some(usize::try_from(max_tool_result_chars).unwrap_or(usize::MAX)),
+        counter,
+    })
+}
+
 /// `reins replay ID`.
 pub async fn replay(args: ReplayArgs) -> Result<u8, CliError> {
     let session = open(args.store.store.as_deref())?.load(&args.id).map_err(store_err)?;
     let runs = session.runs().map_err(store_err)?;
-    let config = runs.last().and_then(|r| r.start.config.clone()).unwrap_or(serde_json::Value::Null);
-    let max_tool_result_chars = config["max_tool_result_chars"].as_u64().unwrap_or(32_000);
-    let (max_context, counter): (Option<u64>, Arc<dyn TokenCounter>) = match config["max_context_tokens"].as_u64() {
-        Some(t) => (
-            Some(t),
-            Arc::new(reins::TiktokenCounter::o200k_base().map_err(|e| CliError::Internal(anyhow::anyhow!(e)))?),
-        ),
-        None => (config["max_context_chars"].as_u64(), Arc::new(CharCounter)),
-    };
-    let context = ContextConfig {
-        max_context,
-        max_tool_result_chars: Some(usize::try_from(max_tool_result_chars).unwrap_or(usize::MAX)),
-        counter,
-    };
+    // Each run replays with the settings it recorded: a resume may have changed them.
+    let configs: Vec<serde_json::Value> =
+        runs.iter().map(|r| r.start.config.clone().unwrap_or(serde_json::Value::Null)).collect();
     let mut scratch = None;
-    let tools = if args.no_tools {
-        ReplayTools::Recorded
-    } else {
+    let mut workspace_tools = Vec::new();
+    if !args.no_tools {
         let mut flags = crate::tools_cli::ToolFlags::default();
-        let workspace = args.workspace.clone().or_else(|| config["workspace"].as_str().map(PathBuf::from));
+        // One scratch copy for the whole session (a run continues in what the runs before it left): of
+        // --workspace, else of the first workspace a run recorded.
+        let workspace =
+            args.workspace.clone().or_else(|| configs.iter().find_map(|c| c["workspace"].as_str().map(PathBuf::from)));
         if let Some(ws) = workspace {
             if !ws.is_dir() {
                 return Err(usage(format!(
@@ -428,15 +447,29 @@ pub async fn replay(args: ReplayArgs) -> Result<u8, CliError> {
             flags.workspace = Some(dir);
             scratch = Some(guard);
         }
-        let mut list = Vec::new();
-        if config["test_tools"].as_bool().unwrap_or(false) {
-            list.extend(crate::test_tools::tools());
-        }
-        list.extend(crate::tools_cli::build_tools(&flags)?);
-        let registry = reins::Registry::new(list).map_err(|e| usage(e.to_string()))?;
-        ReplayTools::Live(Arc::new(registry))
-    };
-    let report = reins_store::replay(&session, tools, context).await.map_err(store_err)?;
+        workspace_tools = crate::tools_cli::build_tools(&flags)?;
+    }
+    let mut tiktoken: Option<Arc<dyn TokenCounter>> = None;
+    let mut settings = Vec::with_capacity(configs.len());
+    for config in &configs {
+        let tools = if args.no_tools {
+            ReplayTools::Recorded
+        } else {
+            let mut list = Vec::new();
+            if config["test_tools"].as_bool().unwrap_or(false) {
+                list.extend(crate::test_tools::tools());
+            }
+            list.extend(workspace_tools.iter().cloned());
+            ReplayTools::Live(Arc::new(reins::Registry::new(list).map_err(|e| usage(e.to_string()))?))
+        };
+        settings.push((tools, replay_context(config, &mut tiktoken)?));
+    }
+    let report = reins_store::replay_runs(&session, |run| {
+        let k = usize::try_from(run.number.saturating_sub(1)).unwrap_or(usize::MAX);
+        settings.get(k).cloned().unwrap_or_else(|| (ReplayTools::Recorded, ContextConfig::default()))
+    })
+    .await
+    .map_err(store_err)?;
     drop(scratch);
     if args.json {
         outln!("{}", serde_json::to_string(&report).map_err(|e| CliError::Internal(e.into()))?);

@@ -372,3 +372,32 @@ fn sessions_backup_copies_every_session_while_another_process_writes() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+#[test]
+fn each_run_of_a_session_replays_with_its_own_settings() {
+    let dir = Dir::new("replay-runs");
+    let long = "0123456789".repeat(20);
+    let echo_then = |answer: &str| {
+        json!([
+            {"tool_calls": [{"id": format!("{answer}-1"), "name": "echo", "arguments": {"text": long}}]},
+            {"content": answer}
+        ])
+    };
+    // Run 1: results cut to 10 characters. Run 2 (a resume): the default cut. Run 3: no test tools.
+    let (out, outcome) = run(&dir, &echo_then("one"), &["--test-tools", "--max-tool-result-chars", "10", "go"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let id = outcome["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(outcome["messages"][2]["content"], "012[…196]9");
+    let (out, outcome) = run(&dir, &echo_then("two"), &["--test-tools", "--resume", &id, "again"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(outcome["messages"][6]["content"], json!(long));
+    let (out, _) = run(&dir, &json!([{"content": "three"}]), &["--resume", &id, "last"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    for extra in [&[][..], &["--no-tools"][..]] {
+        let replay = reins().arg("replay").arg(&id).arg("--store").arg(dir.store()).args(extra).output().unwrap();
+        let text = String::from_utf8_lossy(&replay.stdout);
+        assert_eq!(replay.status.code(), Some(0), "{extra:?}: {text}{}", String::from_utf8_lossy(&replay.stderr));
+        assert!(text.contains("identical (3 run(s)"), "{text}");
+    }
+}

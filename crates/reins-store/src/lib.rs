@@ -36,7 +36,7 @@ mod store;
 
 pub use error::StoreError;
 pub use journal::{Prices, RunLog, SessionJournal, SessionMeta};
-pub use replay::{Divergence, ReplayReport, ReplayTools, replay};
+pub use replay::{Divergence, ReplayReport, ReplayTools, replay, replay_runs};
 
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 pub use session::{Entry, INTERRUPTED, ResponseData, RunRecord, RunStartData, Session, kind};

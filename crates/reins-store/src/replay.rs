@@ -172,10 +172,20 @@ fn compare_outcome(run: u64, recorded: &serde_json::Value, replayed: &Outcome) -
     (a != b).then(|| Divergence { run, what: "outcome".into(), index: None, recorded: a, replayed: b })
 }
 
-/// Replays `session`: each recorded run starts from the recorded transcript at its start, with its
-/// limits (but no wall-clock deadline, which a replay cannot reproduce) and the given context rules,
-/// and its recorded model responses. Stops at the first divergence.
+/// Replays `session` with the same tools and context rules for every run (see [`replay_runs`]).
 pub async fn replay(session: &Session, tools: ReplayTools, context: ContextConfig) -> Result<ReplayReport, StoreError> {
+    replay_runs(session, |_| (tools.clone(), context.clone())).await
+}
+
+/// Replays `session`: each recorded run starts from the recorded transcript at its start, with its
+/// limits (but no wall-clock deadline, which a replay cannot reproduce), its recorded model responses,
+/// and the tools and context rules `settings` gives for it — each run with its own, since a resumed run
+/// may have been configured differently (its [`crate::RunStartData::config`] says how). Stops at the
+/// first divergence.
+pub async fn replay_runs(
+    session: &Session,
+    mut settings: impl FnMut(&RunRecord) -> (ReplayTools, ContextConfig),
+) -> Result<ReplayReport, StoreError> {
     let messages = session.messages()?;
     let runs = session.runs()?;
     let mut report = ReplayReport {
@@ -191,6 +201,7 @@ pub async fn replay(session: &Session, tools: ReplayTools, context: ContextConfi
             .get(k + 1)
             .map_or(messages.len(), |next| usize::try_from(next.start.recorded_messages).unwrap_or(usize::MAX))
             .clamp(start, messages.len());
+        let (tools, context) = settings(run);
         let registry = match &tools {
             ReplayTools::Live(r) => r.clone(),
             ReplayTools::Recorded => Arc::new(recorded_tools(run, &messages)?),

@@ -162,3 +162,47 @@ fn replay_covers_resumed_and_crashed_runs() {
     let d = report.divergence.unwrap();
     assert_eq!((d.run, d.what.as_str()), (2, "message"));
 }
+
+#[test]
+fn each_run_replays_with_the_settings_given_for_it() {
+    let dir = TempDir::new("replay-settings");
+    let store = Store::open(dir.path().join("s.db")).unwrap();
+    let long = "x".repeat(200);
+    let echo = || {
+        FnTool::new("echo", "Echo.", serde_json::json!({"type": "object"}), |args, _c| async move {
+            Ok(ToolOutput::Text(args["text"].as_str().unwrap_or("").to_owned()))
+        })
+    };
+    let tiny = ContextConfig { max_tool_result_chars: Some(10), ..ContextConfig::default() };
+    let turn =
+        |id: &str| ModelResponse::tool_calls("", vec![ToolCall::new(id, "echo", serde_json::json!({"text": long}))]);
+    // Run 1 cuts results to 10 characters; run 2, a resume, keeps the default.
+    let a = Agent::builder(ScriptedModel::new(vec![turn("1"), ModelResponse::text("one")]))
+        .registry(Registry::builder().tool(echo()).build().unwrap())
+        .context(tiny.clone())
+        .journal(store.journal(SessionMeta::default()))
+        .build()
+        .unwrap();
+    let first = rt().block_on(a.run("go", CancellationToken::new()));
+    let session = store.load(first.session_id.as_deref().unwrap()).unwrap();
+    let b = Agent::builder(ScriptedModel::new(vec![turn("2"), ModelResponse::text("two")]))
+        .registry(Registry::builder().tool(echo()).build().unwrap())
+        .journal(store.resume_journal(&session, SessionMeta::default()).unwrap())
+        .build()
+        .unwrap();
+    let state = session.resume_state(reins::Limits::default(), b.context(), Some("again")).unwrap();
+    assert_eq!(rt().block_on(b.drive(state, CancellationToken::new())).status, Status::Completed);
+    let session = store.load(first.session_id.as_deref().unwrap()).unwrap();
+    let live = ReplayTools::Live(Arc::new(Registry::builder().tool(echo()).build().unwrap()));
+
+    let per_run = |run: &reins_store::RunRecord| {
+        (live.clone(), if run.number == 1 { tiny.clone() } else { ContextConfig::default() })
+    };
+    let report = rt().block_on(reins_store::replay_runs(&session, per_run)).unwrap();
+    assert_eq!(report.divergence, None, "{:?}", report.divergence);
+    assert_eq!(report.runs, 2);
+    // One setting for both runs is what a replay that ignores the differences would do: run 1 diverges.
+    let report = rt().block_on(replay(&session, live.clone(), ContextConfig::default())).unwrap();
+    let d = report.divergence.unwrap();
+    assert_eq!((d.run, d.what.as_str()), (1, "tool_result"));
+}

@@ -110,6 +110,12 @@ pub enum StoreError {
         /// What failed.
         detail: String,
     },
+    /// The store path names a directory, not a database file.
+    #[error("the session store {path} is a directory: give the database file (for example {path}/sessions.db)")]
+    IsDirectory {
+        /// The directory.
+        path: PathBuf,
+    },
     /// No default location: neither `XDG_DATA_HOME` nor `HOME` is set.
     #[error("no default session store location: set HOME or XDG_DATA_HOME, or pass --store PATH")]
     NoHome,

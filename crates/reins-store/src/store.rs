@@ -311,6 +311,9 @@ impl Store {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| StoreError::Directory { path: dir.to_path_buf(), source })?;
         }
+        if path.is_dir() {
+            return Err(StoreError::IsDirectory { path });
+        }
         check_size(&path)?;
         let store = Store { path, options, pool: Arc::default(), flushes: Arc::default(), threads: Arc::default() };
         let mut conn = store.connect(false)?;
@@ -532,8 +535,12 @@ impl Store {
 
     /// The full id of the session whose id is `id` or starts with `id`.
     pub fn resolve(&self, id: &str) -> Result<String, StoreError> {
-        if id.is_empty() {
-            return Err(StoreError::NotFound(String::new()));
+        // Ids are UUIDs: anything longer, or with characters an id never has, names no session (and never
+        // reaches SQLite, whose LIKE refuses overlong patterns).
+        if id.is_empty() || id.len() > MAX_ID_LEN || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+            let shown: String = id.chars().take(MAX_ID_LEN).collect();
+            let more = if id.chars().count() > MAX_ID_LEN { "…" } else { "" };
+            return Err(StoreError::NotFound(format!("{shown}{more}")));
         }
         let conn = self.connect(true)?;
         let err = |e| StoreError::sqlite(&self.path, e);
@@ -636,6 +643,9 @@ impl Store {
         }
     }
 }
+
+/// The length of a session id (a UUID in its hyphenated form).
+const MAX_ID_LEN: usize = 36;
 
 const SUMMARY_COLUMNS: &str = "id, created_at, updated_at, model, workspace, status, runs, steps, tool_calls, \
      input_tokens, output_tokens, calls_without_usage, cost_usd, messages, key";

@@ -122,3 +122,28 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Any id, of any length or characters, resolves to the one session it prefixes or is unknown: never an
+    /// SQLite error, never a panic.
+    #[test]
+    fn any_id_resolves_or_is_unknown(id in prop_oneof![".{0,80}", "[0-9a-f-]{0,40}", "[%_\\\\a]{1,3000}"]) {
+        let dir = TempDir::new("resolve");
+        let store = Store::open(dir.path().join("s.db")).unwrap();
+        let agent = reins::Agent::builder(ScriptedModel::new(vec![ModelResponse::text("ok")]))
+            .journal(store.journal(SessionMeta::default()))
+            .build()
+            .unwrap();
+        let real = rt().block_on(agent.run("go", CancellationToken::new())).session_id.unwrap();
+        match store.resolve(&id) {
+            Ok(found) => {
+                prop_assert_eq!(&found, &real);
+                prop_assert!(real.to_lowercase().starts_with(&id.to_lowercase()));
+            }
+            Err(StoreError::NotFound(_)) => prop_assert!(!real.to_lowercase().starts_with(&id.to_lowercase()) || id.is_empty()),
+            Err(e) => prop_assert!(false, "{e}"),
+        }
+    }
+}

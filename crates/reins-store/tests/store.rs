@@ -491,3 +491,30 @@ fn a_backup_is_a_consistent_private_copy_that_never_overwrites() {
     assert!(matches!(store.backup(&link), Err(StoreError::Exists { .. })));
     assert!(!dir.path().join("elsewhere.db").exists());
 }
+
+#[test]
+fn ids_that_no_session_has_are_unknown_without_asking_sqlite() {
+    let dir = TempDir::new("ids");
+    let store = Store::open(dir.path().join("s.db")).unwrap();
+    let outcome = rt().block_on(agent(&store, vec![ModelResponse::text("done")]).run("go", CancellationToken::new()));
+    let id = outcome.session_id.unwrap();
+    assert_eq!(store.resolve(&id.to_uppercase()[..6]).unwrap(), id, "prefixes match as before, in any case");
+    // 100,000 characters: an unknown id (SQLite would refuse the LIKE pattern as too complex), shown cut.
+    let long = "a".repeat(100_000);
+    match store.load(&long) {
+        Err(StoreError::NotFound(shown)) => assert!(shown.chars().count() < 40, "{shown}"),
+        other => panic!("{other:?}"),
+    }
+    let longer = format!("{id}0");
+    for bad in [longer.as_str(), "%", "_", "%%%%", "\\", "a%", "a_b", "a b", "' OR 1=1 --", "\u{1b}[2J", ""] {
+        assert!(matches!(store.resolve(bad), Err(StoreError::NotFound(_))), "{bad:?}");
+    }
+}
+
+#[test]
+fn a_directory_as_the_store_is_named_a_directory() {
+    let dir = TempDir::new("dir-store");
+    let err = Store::open(dir.path()).unwrap_err();
+    assert!(matches!(err, StoreError::IsDirectory { .. }), "{err:?}");
+    assert!(err.to_string().contains("is a directory"), "{err}");
+}

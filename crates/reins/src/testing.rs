@@ -173,10 +173,16 @@ const RESPONSE_KEYS: &[&str] = &["content", "text", "tool_calls", "usage", "reas
 /// let steps = reins::parse_script(r#"[{"content": "hi"}, {"error": "boom"}, {"delay_ms": 5, "raw": 1}]"#).unwrap();
 /// assert_eq!(steps.len(), 3);
 /// assert!(reins::parse_script(r#"{"content": "hi"}"#).is_err());
+/// // A key named twice in one object is refused, at any depth.
+/// assert!(reins::parse_script(r#"[{"content": "a", "content": "b"}]"#).is_err());
 /// ```
 pub fn parse_script(text: &str) -> Result<Vec<ScriptStep>, ScriptError> {
     let value: Value =
         serde_json::from_str(text).map_err(|e| ScriptError(format!("the script is not valid JSON: {e}")))?;
+    // serde_json keeps the last of two equal keys: a script is refused instead, so that a typo or a pasted
+    // duplicate never silently changes it.
+    serde_json::from_str::<UniqueKeys>(text)
+        .map_err(|e| ScriptError(format!("the script has a {e} (a key appears once per object)")))?;
     let Value::Array(items) = value else {
         return Err(ScriptError("the script is a JSON array of model turns".into()));
     };
@@ -185,6 +191,64 @@ pub fn parse_script(text: &str) -> Result<Vec<ScriptStep>, ScriptError> {
         .enumerate()
         .map(|(i, v)| parse_step(v).map_err(|e| ScriptError(format!("script turn {i}: {e}"))))
         .collect()
+}
+
+/// Deserializes any JSON and fails on the first object that names a key twice ("duplicate key \"k\"").
+struct UniqueKeys;
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UniqueKeysVisitor)
+    }
+}
+
+struct UniqueKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
+    type Value = UniqueKeys;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_unit<E>(self) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_none<E>(self) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<UniqueKeys, D::Error> {
+        serde::Deserialize::deserialize(d)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<UniqueKeys, A::Error> {
+        while seq.next_element::<UniqueKeys>()?.is_some() {}
+        Ok(UniqueKeys)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<UniqueKeys, A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if seen.contains(&key) {
+                return Err(serde::de::Error::custom(format_args!("duplicate key {key:?}")));
+            }
+            map.next_value::<UniqueKeys>()?;
+            seen.insert(key);
+        }
+        Ok(UniqueKeys)
+    }
 }
 
 fn parse_step(v: &Value) -> Result<ScriptStep, String> {

@@ -241,3 +241,40 @@ fn registry_lookup_by_name_with_few_and_many_tools() {
         assert!(registry.check(&format!("t{n}"), &json!({})).is_err());
     }
 }
+
+/// `value` as JSON text with `key` written twice in one object (`prefix` sets where: at the top of a turn or
+/// nested in `raw` or in a call's arguments).
+fn with_duplicate(value: &Value, key: &str, prefix: usize) -> String {
+    let k = serde_json::to_string(key).unwrap();
+    let v = value.to_string();
+    match prefix % 3 {
+        0 => format!(r#"[{{{k}: {v}, "delay_ms": 1, {k}: {v}}}]"#),
+        1 => format!(r#"[{{"raw": {{"a": [{{{k}: 1, {k}: {v}}}]}}}}]"#),
+        _ => format!(
+            r#"[{{"tool_calls": [{{"id": "1", "name": "echo", "arguments": {{{k}: {v}, "x": 0, {k}: null}}}}]}}]"#
+        ),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// A key written twice in one object, at any depth, is refused by name; JSON written from a value (which
+    /// cannot repeat a key) parses exactly as serde_json reads it.
+    #[test]
+    fn scripts_refuse_duplicate_keys_at_any_depth(
+        v in json_value(),
+        key in prop_oneof![prop::sample::select(KEYS).prop_map(str::to_owned), "\\PC{0,6}"],
+        at in 0usize..3,
+    ) {
+        let text = with_duplicate(&v, &key, at);
+        let err = reins::parse_script(&text).unwrap_err().to_string();
+        let named = format!("duplicate key {key:?}");
+        prop_assert!(err.contains(&named), "{err}");
+        let clean = serde_json::json!([{ "raw": v.clone() }, v]).to_string();
+        match reins::parse_script(&clean) {
+            Ok(steps) => prop_assert_eq!(steps.len(), 2),
+            Err(e) => prop_assert!(!e.to_string().contains("duplicate key"), "{e}"),
+        }
+    }
+}

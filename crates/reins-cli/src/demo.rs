@@ -93,7 +93,7 @@ pub async fn demo() -> Result<u8, CliError> {
         .build()
         .map_err(|e| CliError::Internal(e.into()))?;
     let cancel = CancellationToken::new();
-    crate::run::cancel_on_ctrl_c(cancel.clone());
+    crate::signals::cancel_on_signals(cancel.clone(), "the demo")?;
     let outcome = agent.run("Announce the release to the team and tell me the build status.", cancel).await;
     outln!();
     if let Some(answer) = &outcome.answer {

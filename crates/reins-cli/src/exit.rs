@@ -12,7 +12,7 @@ Exit codes:
   4  tool_limit       a batch did not fit --max-tool-calls
   5  token_limit      reported usage exceeded a token limit
   6  timeout          --timeout passed
-  7  aborted          cancelled (Ctrl-C) or stopped by policy
+  7  aborted          cancelled (Ctrl-C, SIGTERM, SIGHUP) or stopped by policy
   8  model_error      the model call failed or its response was malformed
   9  context_limit    the context budget cannot hold the first message and the newest turn";
 
@@ -44,11 +44,11 @@ impl CliError {
     pub fn report(self) -> std::process::ExitCode {
         match self {
             CliError::Usage(m) => {
-                eprintln!("reins: error: {m}");
+                errln!("reins: error: {m}");
                 std::process::ExitCode::from(2)
             }
             CliError::Internal(e) => {
-                eprintln!("reins: error: {e:#}");
+                errln!("reins: error: {e:#}");
                 std::process::ExitCode::from(1)
             }
         }

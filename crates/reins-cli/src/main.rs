@@ -1,30 +1,51 @@
 //! The `reins` command: runs agents under Reins' limits and reports what happened.
 
-/// `println!` that never panics: output to a closed pipe (`reins sessions list | head`) is dropped and the
-/// command ends with its own exit code.
+// Everything printed goes through `output` (text for people escaped, stdout failures reported): no raw print.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
+/// A line of text for people on stdout, escaped (see `output`). Output to a closed pipe (`reins sessions list |
+/// head`) is dropped and the command ends with its own exit code; any other failed write ends it with exit 1.
 macro_rules! outln {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
-    }};
+    () => {
+        $crate::output::stdout_text("\n")
+    };
+    ($($arg:tt)*) => {
+        $crate::output::stdout_text(&format!("{}\n", format_args!($($arg)*)))
+    };
 }
 
-/// `print!` that never panics (see `outln!`).
+/// Text for people on stdout, escaped (see `outln!`).
 macro_rules! out {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = write!(std::io::stdout().lock(), $($arg)*);
-    }};
+    ($($arg:tt)*) => {
+        $crate::output::stdout_text(&format!($($arg)*))
+    };
+}
+
+/// A line of JSON on stdout, as serde wrote it (see `outln!` for failures).
+macro_rules! jsonln {
+    ($($arg:tt)*) => {
+        $crate::output::stdout_raw(&format!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// A line of text for people on stderr, escaped.
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::output::stderr_text(&format!("{}\n", format_args!($($arg)*)))
+    };
 }
 
 mod demo;
 mod exit;
+mod input;
 mod mcp_cli;
 mod models;
+mod output;
 mod providers_cli;
 mod render;
 mod run;
 mod sessions_cli;
+mod signals;
 mod test_tools;
 mod tools_cli;
 
@@ -83,8 +104,10 @@ fn main() -> std::process::ExitCode {
     });
     // Every way out (a run that ended, an error): the stores are closed, their logs checkpointed.
     sessions_cli::close_stores();
-    match result {
-        Ok(code) => std::process::ExitCode::from(code),
-        Err(e) => e.report(),
+    output::flush_stdout();
+    match (result, output::stdout_failure()) {
+        (Err(e), _) => e.report(),
+        (Ok(_), Some(why)) => CliError::Internal(anyhow::anyhow!("cannot write to stdout: {why}")).report(),
+        (Ok(code), None) => std::process::ExitCode::from(code),
     }
 }

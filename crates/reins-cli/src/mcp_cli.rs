@@ -38,8 +38,8 @@ pub fn configs(flags: &McpFlags, config_file: Option<&Path>) -> Result<Vec<Serve
 /// The `[mcp.NAME]` tables of a TOML config file (other keys are left to their own readers). A relative
 /// `cwd` is taken relative to the file.
 fn from_file(path: &Path) -> Result<Vec<ServerConfig>, CliError> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| usage(format!("cannot read config {}: {e}", path.display())))?;
+    let text = crate::input::read_text(path, crate::input::MAX_CONFIG_BYTES)
+        .map_err(|e| usage(format!("cannot read config {}: {e}", path.display())))?;
     let doc: toml::Table =
         toml::from_str(&text).map_err(|e| usage(format!("invalid config {}: {e}", path.display())))?;
     let Some(mcp) = doc.get("mcp") else {
@@ -87,9 +87,7 @@ pub async fn finish(mcp: Option<&Arc<McpTools>>) {
         return;
     };
     for e in mcp.refresh_errors() {
-        eprintln!(
-            "reins: warning: the tools of an MCP server could not be refreshed (its previous tools were kept): {e}"
-        );
+        errln!("reins: warning: the tools of an MCP server could not be refreshed (its previous tools were kept): {e}");
     }
     mcp.shutdown().await;
 }
@@ -104,7 +102,7 @@ pub struct McpArgs {
 #[derive(Subcommand, Debug)]
 enum McpCommand {
     /// Starts each configured MCP server and shows whether it started and its tools. Exits 0 when every
-    /// server started, 1 when one did not, 2 on bad flags or config.
+    /// server started, 1 when one did not, 2 on bad flags or config, 7 when a signal stopped it.
     List(McpListArgs),
 }
 
@@ -148,10 +146,19 @@ async fn mcp_list(args: McpListArgs) -> Result<u8, CliError> {
             "no MCP servers configured: pass --mcp NAME=COMMAND or --config FILE with [mcp.NAME] tables",
         ));
     }
-    let reports = futures_util::future::join_all(configs.into_iter().map(probe)).await;
+    let cancel = tokio_util::sync::CancellationToken::new();
+    crate::signals::cancel_on_signals(cancel.clone(), "mcp list")?;
+    let reports = tokio::select! {
+        reports = futures_util::future::join_all(configs.into_iter().map(probe)) => reports,
+        // The probes are dropped, and with them the servers (their process groups killed).
+        () = cancel.cancelled() => {
+            errln!("reins: mcp list was cancelled; the servers were stopped");
+            return Ok(7);
+        }
+    };
     if args.json {
         let v = serde_json::json!({ "servers": reports });
-        outln!("{v}");
+        jsonln!("{v}");
     } else {
         for r in &reports {
             out!("{}", render(r));

@@ -13,8 +13,8 @@ pub fn build_model(spec: &str) -> Result<Arc<dyn Model>, CliError> {
     };
     match provider {
         "script" => {
-            let text =
-                std::fs::read_to_string(rest).map_err(|e| usage(format!("cannot read script file {rest:?}: {e}")))?;
+            let text = crate::input::read_text(std::path::Path::new(rest), crate::input::MAX_SCRIPT_BYTES)
+                .map_err(|e| usage(format!("cannot read script file {rest:?}: {e}")))?;
             let steps = reins::parse_script(&text).map_err(|e| usage(format!("script file {rest:?}: {e}")))?;
             Ok(Arc::new(ScriptedModel::new(steps)))
         }

@@ -2,7 +2,7 @@
 //! Completions, any compatible server) and `anthropic:MODEL` (Messages), with `--base-url`,
 //! `--max-response-tokens` and `--stream`; the cost of the run next to its usage.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
@@ -91,31 +91,30 @@ struct Printer {
 
 impl Printer {
     fn print(&mut self, delta: &Delta) {
-        let mut err = std::io::stderr().lock();
+        use crate::output::{stderr_raw, stderr_text};
         let reasoning = matches!(delta, Delta::Reasoning { .. });
         if reasoning && !self.in_reasoning {
-            let _ = write!(err, "{}", if self.tty { "\x1b[2m" } else { "[reasoning] " });
+            stderr_raw(if self.tty { "\x1b[2m" } else { "[reasoning] " });
         } else if !reasoning && self.in_reasoning {
-            let _ = write!(err, "{}", if self.tty { "\x1b[0m\n" } else { "\n" });
+            stderr_raw(if self.tty { "\x1b[0m\n" } else { "\n" });
         }
         self.in_reasoning = reasoning;
-        let _ = match delta {
-            Delta::Text { text } | Delta::Reasoning { text } => write!(err, "{text}"),
-            Delta::ToolCall { name, .. } => write!(err, "\n[calling {name}] "),
-            Delta::ToolArguments { fragment, .. } => write!(err, "{fragment}"),
-            Delta::Restart { attempt, reason } => write!(err, "\n[attempt {attempt} after: {reason}]\n"),
-            _ => Ok(()),
-        };
+        // The model's text, escaped: only the dimming above is ours to send as is.
+        match delta {
+            Delta::Text { text } | Delta::Reasoning { text } => stderr_text(text),
+            Delta::ToolCall { name, .. } => stderr_text(&format!("\n[calling {name}] ")),
+            Delta::ToolArguments { fragment, .. } => stderr_text(fragment),
+            Delta::Restart { attempt, reason } => stderr_text(&format!("\n[attempt {attempt} after: {reason}]\n")),
+            _ => {}
+        }
         self.wrote = true;
-        let _ = err.flush();
     }
 }
 
 impl Drop for Printer {
     fn drop(&mut self) {
         if self.wrote {
-            let end = if self.tty && self.in_reasoning { "\x1b[0m\n" } else { "\n" };
-            let _ = write!(std::io::stderr(), "{end}");
+            crate::output::stderr_raw(if self.tty && self.in_reasoning { "\x1b[0m\n" } else { "\n" });
         }
     }
 }
@@ -159,14 +158,14 @@ pub fn print_cost(outcome: &Outcome) {
         String::new()
     };
     match price {
-        Some(p) => eprintln!(
+        Some(p) => errln!(
             "  cost ≈ ${:.6} at {model} list prices (${}/${}/${} per million input/cached/output tokens{partial})",
             reins_providers::cost(p, u),
             p.input,
             p.cached_input,
             p.output
         ),
-        None => eprintln!("  cost unknown: no price is known for {model}"),
+        None => errln!("  cost unknown: no price is known for {model}"),
     }
 }
 

@@ -4,11 +4,12 @@ use reins::{Event, EventKind, ObserverError, Outcome, Status};
 
 const PREVIEW: usize = 160;
 
-/// Cuts `s` to one line of at most `PREVIEW` characters.
+/// `s` as one line, escaped (newlines shown as ⏎, see [`crate::output::escape`]), cut to at most `PREVIEW`
+/// characters.
 pub fn preview(s: &str) -> String {
-    let one_line: String = s.chars().map(|c| if c == '\n' { '⏎' } else { c }).collect();
+    let one_line = crate::output::escape(s, crate::output::Lines::Join);
     if one_line.chars().count() <= PREVIEW {
-        one_line
+        one_line.into_owned()
     } else {
         let cut: String = one_line.chars().take(PREVIEW).collect();
         format!("{cut}…")
@@ -18,7 +19,7 @@ pub fn preview(s: &str) -> String {
 /// Prints each event as a readable progress line on stderr.
 pub fn progress_observer(event: &Event) -> Result<(), ObserverError> {
     if let Some(line) = progress_line(event) {
-        eprintln!("{line}");
+        errln!("{line}");
     }
     Ok(())
 }
@@ -62,7 +63,7 @@ pub fn summary(outcome: &Outcome) {
         outln!("{answer}");
     }
     for line in status_lines(outcome) {
-        eprintln!("{line}");
+        errln!("{line}");
     }
 }
 

@@ -1,6 +1,5 @@
 //! `reins run`: flags, the run, its events and its outcome file.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -90,10 +89,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// The JSON-lines observer: one event a line on stdout.
 fn json_observer(event: &Event) -> Result<(), ObserverError> {
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{}", crate::providers_cli::event_json(event))
-        .and_then(|()| out.flush())
-        .map_err(|e| ObserverError(e.to_string()))
+    jsonln!("{}", crate::providers_cli::event_json(event));
+    crate::output::flush_stdout();
+    Ok(())
 }
 
 /// Builds the agent from the flags.
@@ -139,19 +137,6 @@ fn build_agent(args: &RunArgs, mcp: Option<&Arc<reins_mcp::McpTools>>) -> Result
     builder.build().map_err(|e| usage(e.to_string()))
 }
 
-/// Cancels `cancel` on the first Ctrl-C; a second one exits at once.
-pub fn cancel_on_ctrl_c(cancel: CancellationToken) {
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("reins: interrupted: cancelling the run (Ctrl-C again to exit at once)");
-            cancel.cancel();
-            if tokio::signal::ctrl_c().await.is_ok() {
-                std::process::exit(130);
-            }
-        }
-    });
-}
-
 /// Writes the outcome as pretty JSON.
 pub fn write_outcome(path: &PathBuf, outcome: &Outcome) -> anyhow::Result<()> {
     let json =
@@ -161,10 +146,15 @@ pub fn write_outcome(path: &PathBuf, outcome: &Outcome) -> anyhow::Result<()> {
 
 /// `reins run`.
 pub async fn run(args: RunArgs) -> Result<u8, CliError> {
-    let mcp = crate::mcp_cli::start(&args.mcp, args.tools.config.as_deref()).await?;
-    let agent = build_agent(&args, mcp.as_ref())?;
     let cancel = CancellationToken::new();
-    cancel_on_ctrl_c(cancel.clone());
+    crate::signals::cancel_on_signals(cancel.clone(), "the run")?;
+    // A signal during MCP start-up drops the servers started so far (their process groups are killed) and the
+    // run below ends `aborted` at once, with its outcome and session written.
+    let mcp = tokio::select! {
+        started = crate::mcp_cli::start(&args.mcp, args.tools.config.as_deref()) => started?,
+        () = cancel.cancelled() => None,
+    };
+    let agent = build_agent(&args, mcp.as_ref())?;
     let outcome = match crate::sessions_cli::resume_state(&args, &agent)? {
         Some(state) => agent.drive(state, cancel).await,
         None => agent.run(args.prompt.as_deref().unwrap_or_default(), cancel).await,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use clap::{Args, Subcommand};
 use reins::{AgentBuilder, CharCounter, ContextConfig, Event, Message, RunState, TokenCounter};
 use reins_store::{ReplayTools, Session, SessionMeta, Store, kind};
+use tokio_util::sync::CancellationToken;
 
 use crate::exit::{CliError, usage};
 use crate::run::RunArgs;
@@ -128,7 +129,7 @@ pub fn close_stores() {
     let stores = std::mem::take(&mut *OPENED.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
     for store in stores {
         if let Err(e) = store.close() {
-            eprintln!("reins: warning: closing the session store: {e}");
+            errln!("reins: warning: closing the session store: {e}");
         }
     }
 }
@@ -136,7 +137,9 @@ pub fn close_stores() {
 fn store_err(e: reins_store::StoreError) -> CliError {
     use reins_store::StoreError as E;
     match e {
-        E::NotFound(_) | E::Ambiguous { .. } | E::Resume { .. } | E::Exists { .. } => usage(e.to_string()),
+        E::NotFound(_) | E::Ambiguous { .. } | E::Resume { .. } | E::Exists { .. } | E::IsDirectory { .. } => {
+            usage(e.to_string())
+        }
         other => CliError::Internal(anyhow::anyhow!(other)),
     }
 }
@@ -207,7 +210,7 @@ pub fn sessions(args: SessionsArgs) -> Result<u8, CliError> {
             let session = open(store.store.as_deref())?.load(&id).map_err(store_err)?;
             if json {
                 let v = serde_json::json!({"session": session.summary, "entries": session.entries});
-                outln!("{}", serde_json::to_string_pretty(&v).map_err(|e| CliError::Internal(e.into()))?);
+                jsonln!("{}", serde_json::to_string_pretty(&v).map_err(|e| CliError::Internal(e.into()))?);
             } else {
                 show(&session, events);
             }
@@ -220,13 +223,13 @@ pub fn sessions(args: SessionsArgs) -> Result<u8, CliError> {
                 out.push_str(&line);
                 out.push('\n');
             }
-            out!("{out}");
+            crate::output::stdout_raw(&out);
             Ok(0)
         }
         SessionsCommand::Backup { file, store } => {
             let store = open(store.store.as_deref())?;
             store.backup(&file).map_err(store_err)?;
-            eprintln!("reins: backed up {} to {}", store.path().display(), file.display());
+            errln!("reins: backed up {} to {}", store.path().display(), file.display());
             Ok(0)
         }
     }
@@ -236,12 +239,12 @@ fn list(store: &Store, json: bool) -> Result<u8, CliError> {
     let sessions = store.list().map_err(store_err)?;
     if json {
         for s in &sessions {
-            outln!("{}", serde_json::to_string(s).map_err(|e| CliError::Internal(e.into()))?);
+            jsonln!("{}", serde_json::to_string(s).map_err(|e| CliError::Internal(e.into()))?);
         }
         return Ok(0);
     }
     if sessions.is_empty() {
-        eprintln!("no sessions in {}", store.path().display());
+        errln!("no sessions in {}", store.path().display());
         return Ok(0);
     }
     outln!(
@@ -262,13 +265,13 @@ fn list(store: &Store, json: bool) -> Result<u8, CliError> {
             format!("{}{}", s.input_tokens + s.output_tokens, if s.calls_without_usage > 0 { "+?" } else { "" })
         };
         let cost = s.cost_usd.map_or_else(|| "-".to_owned(), |c| format!("${c:.4}"));
-        let model: String = s.model.as_deref().unwrap_or("-").chars().take(24).collect();
+        let model: String = one_line(s.model.as_deref().unwrap_or("-")).chars().take(24).collect();
         outln!(
             "{:<36}  {:<20}  {:<24}  {:<13}  {:>5}  {:>10}  {:>9}",
             s.id,
             started,
             model,
-            s.status,
+            one_line(&s.status),
             s.steps,
             tokens,
             cost
@@ -281,7 +284,11 @@ fn show(session: &Session, events: bool) {
     let s = &session.summary;
     outln!("session {}", s.id);
     outln!("  started {} · updated {}", s.created_at, s.updated_at);
-    outln!("  model {} · workspace {}", s.model.as_deref().unwrap_or("-"), s.workspace.as_deref().unwrap_or("-"));
+    outln!(
+        "  model {} · workspace {}",
+        one_line(s.model.as_deref().unwrap_or("-")),
+        one_line(s.workspace.as_deref().unwrap_or("-"))
+    );
     outln!(
         "  {} · {} run(s) · {} step(s) · {} tool call(s) · {} in / {} out tokens{} · cost {}",
         s.status,
@@ -322,7 +329,7 @@ fn show(session: &Session, events: bool) {
                     d["status"].as_str().unwrap_or("?"),
                     d["steps"],
                     d["tool_calls"],
-                    d["error"].as_str().map(|e| format!(" · {e}")).unwrap_or_default()
+                    d["error"].as_str().map(|e| format!(" · {}", one_line(e))).unwrap_or_default()
                 );
             }
             _ => {}
@@ -336,6 +343,11 @@ fn show(session: &Session, events: bool) {
     }
 }
 
+/// A recorded field on one line, escaped.
+fn one_line(s: &str) -> std::borrow::Cow<'_, str> {
+    crate::output::escape(s, crate::output::Lines::Join)
+}
+
 fn print_message(index: u64, m: &Message) {
     use crate::render::preview;
     match m {
@@ -347,25 +359,30 @@ fn print_message(index: u64, m: &Message) {
                 outln!("  [{index}] assistant:");
             }
             for c in tool_calls {
-                outln!("        → {} {} ({})", c.name, preview(&c.arguments.to_string()), c.id);
+                outln!("        → {} {} ({})", one_line(&c.name), preview(&c.arguments.to_string()), one_line(&c.id));
             }
         }
         Message::ToolResult(r) => {
             let mark = if r.is_error { "error" } else { "ok" };
-            outln!("  [{index}] ← {} [{mark}] {}", r.call_id, preview(&r.content));
+            outln!("  [{index}] ← {} [{mark}] {}", one_line(&r.call_id), preview(&r.content));
         }
     }
 }
 
-/// Copies `from` into `to` (files, directories, symlinks as links).
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
+/// Copies `from` into the existing directory `to` (files, directories as private directories, symlinks as
+/// links), stopping early with `Interrupted` once `cancel` fires.
+fn copy_tree(from: &Path, to: &Path, cancel: &CancellationToken) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
     for entry in std::fs::read_dir(from)? {
+        if cancel.is_cancelled() {
+            return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, "cancelled"));
+        }
         let entry = entry?;
         let ty = entry.file_type()?;
         let dest = to.join(entry.file_name());
         if ty.is_dir() {
-            copy_tree(&entry.path(), &dest)?;
+            std::fs::DirBuilder::new().mode(0o700).create(&dest)?;
+            copy_tree(&entry.path(), &dest, cancel)?;
         } else if ty.is_symlink() {
             let target = std::fs::read_link(entry.path())?;
             std::os::unix::fs::symlink(target, &dest)?;
@@ -376,12 +393,27 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Removes the scratch copy on every way out.
+/// The scratch copy of a replay's workspace: a fresh private (0700) directory under the temp dir, removed on
+/// every way out (an error, a signal, even a second signal that exits at once).
 struct Scratch(PathBuf);
+
+impl Scratch {
+    fn create() -> std::io::Result<Scratch> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::Builder::new()
+            .prefix("reins-replay-")
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir()?
+            .keep();
+        crate::signals::remove_on_exit(&dir);
+        Ok(Scratch(dir))
+    }
+}
 
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+        crate::signals::keep_on_exit(&self.0);
     }
 }
 
@@ -413,8 +445,18 @@ fn replay_context(
     })
 }
 
+/// A replay stopped by a signal: its scratch copy removed, exit 7.
+fn cancelled_replay(scratch: Option<Scratch>) -> u8 {
+    let removed = if scratch.is_some() { "; its scratch copy was removed" } else { "" };
+    drop(scratch);
+    errln!("reins: the replay was cancelled{removed}");
+    7
+}
+
 /// `reins replay ID`.
 pub async fn replay(args: ReplayArgs) -> Result<u8, CliError> {
+    let cancel = CancellationToken::new();
+    crate::signals::cancel_on_signals(cancel.clone(), "the replay")?;
     let session = open(args.store.store.as_deref())?.load(&args.id).map_err(store_err)?;
     let runs = session.runs().map_err(store_err)?;
     // Each run replays with the settings it recorded: a resume may have changed them.
@@ -435,16 +477,20 @@ pub async fn replay(args: ReplayArgs) -> Result<u8, CliError> {
                     ws.display()
                 )));
             }
-            let dir = std::env::temp_dir().join(format!(
-                "reins-replay-{}-{}",
-                std::process::id(),
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
-            ));
-            let guard = Scratch(dir.clone());
-            copy_tree(&ws, &dir).map_err(|e| {
+            let guard = Scratch::create().map_err(|e| {
+                CliError::Internal(anyhow::anyhow!("creating the scratch directory for the replay: {e}"))
+            })?;
+            let (from, to, stop) = (ws.clone(), guard.0.clone(), cancel.clone());
+            let copied = tokio::task::spawn_blocking(move || copy_tree(&from, &to, &stop))
+                .await
+                .map_err(|e| CliError::Internal(anyhow::anyhow!("copying the workspace: {e}")))?;
+            if cancel.is_cancelled() {
+                return Ok(cancelled_replay(Some(guard)));
+            }
+            copied.map_err(|e| {
                 CliError::Internal(anyhow::anyhow!("copying the workspace {} for the replay: {e}", ws.display()))
             })?;
-            flags.workspace = Some(dir);
+            flags.workspace = Some(guard.0.clone());
             scratch = Some(guard);
         }
         workspace_tools = crate::tools_cli::build_tools(&flags)?;
@@ -464,15 +510,18 @@ pub async fn replay(args: ReplayArgs) -> Result<u8, CliError> {
         };
         settings.push((tools, replay_context(config, &mut tiktoken)?));
     }
-    let report = reins_store::replay_runs(&session, |run| {
+    let replayed = reins_store::replay_runs(&session, |run| {
         let k = usize::try_from(run.number.saturating_sub(1)).unwrap_or(usize::MAX);
         settings.get(k).cloned().unwrap_or_else(|| (ReplayTools::Recorded, ContextConfig::default()))
-    })
-    .await
-    .map_err(store_err)?;
+    });
+    let report = tokio::select! {
+        report = replayed => report.map_err(store_err)?,
+        // The replay's tool calls are dropped with it (their process groups killed).
+        () = cancel.cancelled() => return Ok(cancelled_replay(scratch)),
+    };
     drop(scratch);
     if args.json {
-        outln!("{}", serde_json::to_string(&report).map_err(|e| CliError::Internal(e.into()))?);
+        jsonln!("{}", serde_json::to_string(&report).map_err(|e| CliError::Internal(e.into()))?);
     } else {
         match &report.divergence {
             None => outln!(

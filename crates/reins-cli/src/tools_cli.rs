@@ -96,8 +96,8 @@ pub fn parse_preset(spec: &str) -> Result<Preset, String> {
 }
 
 fn load_config(path: &Path) -> Result<ToolsConfig, CliError> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| usage(format!("cannot read config {}: {e}", path.display())))?;
+    let text = crate::input::read_text(path, crate::input::MAX_CONFIG_BYTES)
+        .map_err(|e| usage(format!("cannot read config {}: {e}", path.display())))?;
     toml::from_str(&text).map_err(|e| usage(format!("invalid config {}: {e}", path.display())))
 }
 
@@ -178,7 +178,7 @@ pub fn sandbox_check(args: &SandboxCheckArgs) -> Result<u8, CliError> {
     let support = reins_tools::probe();
     if args.json {
         let v = serde_json::to_value(support).map_err(|e| CliError::Internal(e.into()))?;
-        outln!("{v}");
+        jsonln!("{v}");
     } else {
         out!("{}", support.render());
     }

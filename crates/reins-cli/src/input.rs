@@ -14,9 +14,13 @@ pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// Reads the UTF-8 text of the regular file `path`, refusing anything else and anything over `cap` bytes.
 /// The error says why, without the path (the caller names the file).
 pub fn read_text(path: &Path, cap: u64) -> Result<String, String> {
-    // O_NONBLOCK: opening a FIFO that no one writes returns at once (and is then refused) instead of waiting.
-    let file =
-        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(|e| e.to_string())?;
+    // O_NONBLOCK: opening a FIFO that no one writes returns at once (and is then refused) instead of waiting;
+    // O_NOCTTY: a terminal device never becomes the controlling terminal.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| e.to_string())?;
     let meta = file.metadata().map_err(|e| e.to_string())?;
     if !meta.is_file() {
         return Err("not a regular file".into());

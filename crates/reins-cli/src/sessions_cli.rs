@@ -412,7 +412,7 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        crate::signals::remove_dir(&self.0);
         crate::signals::keep_on_exit(&self.0);
     }
 }

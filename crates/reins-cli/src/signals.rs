@@ -28,6 +28,17 @@ pub fn keep_on_exit(dir: &Path) {
     }
 }
 
+/// Removes `dir` and everything in it, trying again a few times in case something still being stopped (a
+/// copy, a killed command) wrote into it meanwhile.
+pub fn remove_dir(dir: &Path) {
+    for _ in 0..5 {
+        if std::fs::remove_dir_all(dir).is_ok() || !dir.exists() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// The three signals, each with its name and number.
 struct Listeners {
     int: Signal,
@@ -68,7 +79,7 @@ pub fn cancel_on_signals(cancel: CancellationToken, what: &'static str) -> Resul
         let (_, number) = listeners.next().await;
         let dirs = REMOVE_ON_EXIT.lock().map(|d| d.clone()).unwrap_or_default();
         for dir in dirs {
-            let _ = std::fs::remove_dir_all(dir);
+            remove_dir(&dir);
         }
         crate::output::flush_stdout();
         std::process::exit(128 + number);

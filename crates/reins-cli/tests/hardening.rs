@@ -328,6 +328,23 @@ fn replay_keeps_its_scratch_copy_private_and_removes_it_when_interrupted() {
     assert_eq!(mode.ok(), Some(0o700), "the scratch copy is private");
     assert_eq!(out.status.code(), Some(7), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(entries(&tmp, "reins-replay-"), Vec::<PathBuf>::new(), "the scratch copy was left behind");
+
+    // Two signals back to back: whether the second one exits at once (130) or comes after the first has been
+    // handled (7), the scratch copy is gone.
+    let child = reins()
+        .env("TMPDIR", &tmp)
+        .args(["replay", &id, "--store"])
+        .arg(&store)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the scratch copy", || !entries(&tmp, "reins-replay-").is_empty());
+    send("TERM", child.id());
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let out = wait(child, 30);
+    assert!(matches!(out.status.code(), Some(7 | 143)), "{:?} {}", out.status, String::from_utf8_lossy(&out.stderr));
+    assert_eq!(entries(&tmp, "reins-replay-"), Vec::<PathBuf>::new(), "the scratch copy was left behind");
 }
 
 /// Runs `reins args...` with stdout on /dev/full.

@@ -128,6 +128,23 @@ fn anthropic_stream_shows_text_as_it_arrives_and_the_answer_once() {
 }
 
 #[test]
+fn streamed_text_and_reasoning_show_terminal_escapes_escaped() {
+    let sse = fixture("anthropic/text.sse")
+        .replace(r#""text": "Hello!""#, r#""text": "Hello!\u001b]52;c;eA==\u0007\u001b[2J""#)
+        .replace(r#""thinking": "reply in kind.""#, r#""thinking": "reply\u001b]0;title\u0007 in kind.\u009b""#);
+    let (url, _got) = serve_once("text/event-stream", sse);
+    let out = reins(&["run", "--model", "anthropic:claude-sonnet-4-5", "--base-url", &url, "--stream", "hi"], &[]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    for text in [&stdout, &stderr] {
+        assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text:?}");
+    }
+    assert!(stderr.contains("reply\\x1b]0;title\\x07 in kind.\\u{9b}"), "{stderr}");
+    assert!(stderr.contains("Hello!\\x1b]52;c;eA==\\x07\\x1b[2J How can I help?"), "{stderr}");
+    assert_eq!(stdout, "Hello!\\x1b]52;c;eA==\\x07\\x1b[2J How can I help?\n");
+}
+
+#[test]
 fn a_missing_api_key_is_a_one_line_error() {
     for (spec, env) in [("openai:gpt-4.1", "OPENAI_API_KEY"), ("anthropic:claude-haiku-4-5", "ANTHROPIC_API_KEY")] {
         let out = reins(&["run", "--model", spec, "hi"], &[]);

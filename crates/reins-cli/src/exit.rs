@@ -6,7 +6,7 @@ use reins::Status;
 pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0  completed        the model gave its answer
-  1  internal error   Reins itself failed (for example the outcome file could not be written)
+  1  internal error   Reins itself failed (for example the outcome file or stdout could not be written)
   2  bad input        unreadable or malformed script/config, bad flag values
   3  step_limit       --max-steps reached
   4  tool_limit       a batch did not fit --max-tool-calls

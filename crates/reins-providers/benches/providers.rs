@@ -107,6 +107,7 @@ async fn turns(stream: String) {
     let base = serve(Bytes::from(stream)).await;
     let provider = Provider::builder(Api::OpenAiChat, "m").base_url(base.clone()).build().expect("provider");
     let request = ModelRequest {
+        instructions: None,
         messages: Conversation::from_messages(vec![Message::user("Write two hundred words.")]),
         tools: Arc::from([]),
     };
@@ -166,8 +167,11 @@ fn main() {
     runtime.block_on(async {
         let base = serve(Bytes::from(stream.clone())).await;
         let provider = Provider::builder(Api::OpenAiChat, "m").base_url(base).build().expect("provider");
-        let request =
-            ModelRequest { messages: Conversation::from_messages(vec![Message::user("hi")]), tools: Arc::from([]) };
+        let request = ModelRequest {
+            instructions: None,
+            messages: Conversation::from_messages(vec![Message::user("hi")]),
+            tools: Arc::from([]),
+        };
         let reps = if quick() { 3 } else { 9 };
         let mut rates = Vec::new();
         for _ in 0..reps {

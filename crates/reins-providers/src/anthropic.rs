@@ -86,8 +86,8 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
         .or_else(|| crate::pricing::model_info(&s.model).map(|i| i.max_output_tokens.min(32_000)))
         .unwrap_or(DEFAULT_MAX_TOKENS);
     b.insert("max_tokens".into(), max_tokens.into());
-    if let Some(system) = &s.system {
-        b.insert("system".into(), system.clone().into());
+    if let Some(instructions) = &req.instructions {
+        b.insert("system".into(), (**instructions).into());
     }
     b.insert("messages".into(), messages.into());
     if !req.tools.is_empty() {

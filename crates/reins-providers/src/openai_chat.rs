@@ -13,8 +13,9 @@ use crate::wire::{
 /// The request body.
 pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
     let mut messages = Vec::with_capacity(req.messages.len() + 1);
-    if let Some(system) = &s.system {
-        messages.push(json!({"role": "system", "content": system}));
+    // The instructions: a leading `system` message.
+    if let Some(instructions) = &req.instructions {
+        messages.push(json!({"role": "system", "content": &**instructions}));
     }
     for m in req.messages.iter() {
         messages.push(match m {

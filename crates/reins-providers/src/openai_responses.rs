@@ -34,8 +34,8 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
     }
     let mut b = Map::new();
     b.insert("model".into(), s.model.clone().into());
-    if let Some(system) = &s.system {
-        b.insert("instructions".into(), system.clone().into());
+    if let Some(instructions) = &req.instructions {
+        b.insert("instructions".into(), (**instructions).into());
     }
     b.insert("input".into(), input.into());
     if !req.tools.is_empty() {

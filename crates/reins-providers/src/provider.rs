@@ -151,7 +151,6 @@ pub enum ProviderError {
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {
     pub model: String,
-    pub system: Option<String>,
     pub max_output_tokens: Option<u32>,
     pub temperature: Option<f64>,
     pub tool_choice: ToolChoice,
@@ -215,11 +214,6 @@ impl ProviderBuilder {
     /// Which tool the model may or must call.
     pub fn tool_choice(mut self, choice: ToolChoice) -> Self {
         self.settings.tool_choice = choice;
-        self
-    }
-    /// System instructions sent with every request.
-    pub fn system(mut self, text: impl Into<String>) -> Self {
-        self.settings.system = Some(text.into());
         self
     }
     /// Streams responses (the default) or asks for whole ones.
@@ -497,7 +491,6 @@ impl Provider {
             api,
             settings: Settings {
                 model: model.into(),
-                system: None,
                 max_output_tokens: None,
                 temperature: None,
                 tool_choice: ToolChoice::Auto,

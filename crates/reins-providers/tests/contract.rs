@@ -33,10 +33,18 @@ fn tools() -> Arc<[ToolSpec]> {
     ])
 }
 
+const INSTRUCTIONS: &str = "Be brief. Never guess a city.";
+
 fn requests() -> Vec<(&'static str, ModelRequest)> {
-    let simple =
-        ModelRequest { messages: Conversation::from_messages(vec![Message::user("Hi")]), tools: Arc::from([]) };
+    let simple = ModelRequest {
+        instructions: None,
+        messages: Conversation::from_messages(vec![Message::user("Hi")]),
+        tools: Arc::from([]),
+    };
+    // With instructions: each API's own slot (Responses `instructions`, a Chat `system` message,
+    // Anthropic `system`) is checked against the SDK's type.
     let history = ModelRequest {
+        instructions: Some(INSTRUCTIONS.into()),
         messages: Conversation::from_messages(vec![
             Message::user("Weather in Paris and Rome?"),
             Message::assistant(
@@ -85,7 +93,7 @@ async fn capture(out: &std::path::Path) {
                         .stream(stream)
                         .tool_choice(choice.clone());
                     if name == "history" {
-                        b = b.system("Be brief.").max_output_tokens(300);
+                        b = b.max_output_tokens(300);
                         if api != Api::Anthropic {
                             b = b.temperature(0.7);
                         }
@@ -93,6 +101,16 @@ async fn capture(out: &std::path::Path) {
                     let p = b.build().unwrap();
                     p.generate(&request, &CancellationToken::new()).await.unwrap();
                     let body = &server.requests()[0].body;
+                    let json: serde_json::Value = serde_json::from_slice(body).unwrap();
+                    let slot = match api {
+                        Api::OpenAiResponses => json.get("instructions").cloned(),
+                        Api::OpenAiChat => {
+                            json["messages"].get(0).filter(|m| m["role"] == "system").map(|m| m["content"].clone())
+                        }
+                        Api::Anthropic => json.get("system").cloned(),
+                    };
+                    let want = (name == "history").then(|| json!(INSTRUCTIONS));
+                    assert_eq!(slot, want, "{api:?} {name}: the instructions in their slot");
                     let file =
                         target.join(format!("{name}-{choice_name}-{}.json", if stream { "stream" } else { "plain" }));
                     std::fs::write(file, body).unwrap();

@@ -70,6 +70,7 @@ fn tools() -> Arc<[ToolSpec]> {
 /// arguments, kept raw), their results (one an error), and a follow-up prompt.
 fn history() -> ModelRequest {
     ModelRequest {
+        instructions: Some("Be brief.".into()),
         messages: Conversation::from_messages(vec![
             Message::user("Weather in Paris and the time in Tokyo?"),
             Message::assistant(
@@ -88,7 +89,11 @@ fn history() -> ModelRequest {
 }
 
 fn simple() -> ModelRequest {
-    ModelRequest { messages: Conversation::from_messages(vec![Message::user("Hi")]), tools: tools() }
+    ModelRequest {
+        instructions: None,
+        messages: Conversation::from_messages(vec![Message::user("Hi")]),
+        tools: tools(),
+    }
 }
 
 /// Runs one call with a delta sink; returns the result and the deltas heard.
@@ -116,7 +121,6 @@ fn reasoning_of(deltas: &[Delta]) -> String {
 async fn openai_responses_request_body_and_headers() {
     let server = Server::start(vec![Reply::json(200, fixture("openai_responses/text.json"))]).await;
     let p = builder(Api::OpenAiResponses, &server, false)
-        .system("Be brief.")
         .max_output_tokens(256)
         .temperature(0.5)
         .tool_choice(ToolChoice::Tool("get_weather".into()))
@@ -161,7 +165,6 @@ async fn openai_responses_request_body_and_headers() {
 async fn openai_chat_request_body_and_headers() {
     let server = Server::start(vec![Reply::sse_text(&fixture("openai_chat/text.sse"), 4096)]).await;
     let p = builder(Api::OpenAiChat, &server, true)
-        .system("Be brief.")
         .max_output_tokens(100)
         .tool_choice(ToolChoice::Required)
         .build()
@@ -209,8 +212,7 @@ async fn openai_chat_request_body_and_headers() {
 #[tokio::test]
 async fn anthropic_request_body_and_headers() {
     let server = Server::start(vec![Reply::json(200, fixture("anthropic/text.json"))]).await;
-    let p =
-        builder(Api::Anthropic, &server, false).system("Be brief.").tool_choice(ToolChoice::Required).build().unwrap();
+    let p = builder(Api::Anthropic, &server, false).tool_choice(ToolChoice::Required).build().unwrap();
     p.generate(&history(), &CancellationToken::new()).await.unwrap();
     let r = &server.requests()[0];
     assert_eq!(r.path, "/v1/messages");
@@ -240,6 +242,48 @@ async fn anthropic_request_body_and_headers() {
     // A base URL that already ends in /v1 is not doubled.
     let p = Provider::builder(Api::Anthropic, "m").base_url(server.url("/v1/")).build().unwrap();
     assert_eq!(p.endpoint(), server.url("/v1/messages"));
+}
+
+/// An agent's instructions reach each API in its own slot (Responses `instructions`, Chat Completions a
+/// leading `system` message, Anthropic `system`), with every call, and never as a user message; a run
+/// without instructions sends no such field.
+#[tokio::test]
+async fn an_agents_instructions_reach_each_api_in_its_own_slot() {
+    let rules = "House rules: answer in one line. ✓";
+    for api in [Api::OpenAiResponses, Api::OpenAiChat, Api::Anthropic] {
+        for instructions in [Some(rules), None] {
+            let server = Server::start(vec![Reply::json(200, fixture(&format!("{}/text.json", dir(api))))]).await;
+            let p = builder(api, &server, false).build().unwrap();
+            let mut agent = reins::Agent::builder(p);
+            if let Some(text) = instructions {
+                agent = agent.instructions(text);
+            }
+            let o = agent.build().unwrap().run("Hi", CancellationToken::new()).await;
+            assert_eq!(o.status, reins::Status::Completed, "{api:?}: {:?}", o.error);
+            assert_eq!(o.instructions.as_deref(), instructions);
+            let b = server.requests()[0].json();
+            let want = instructions.map_or(Value::Null, Value::from);
+            let user = json!({"role": "user", "content": "Hi"});
+            match api {
+                Api::OpenAiResponses => {
+                    assert_eq!(b.get("instructions").cloned().unwrap_or(Value::Null), want);
+                    assert_eq!(b["input"], json!([{"type": "message", "role": "user", "content": "Hi"}]));
+                }
+                Api::OpenAiChat => {
+                    let expected = match instructions {
+                        Some(text) => json!([{"role": "system", "content": text}, user]),
+                        None => json!([user]),
+                    };
+                    assert_eq!(b["messages"], expected);
+                    assert!(b.get("instructions").is_none() && b.get("system").is_none());
+                }
+                Api::Anthropic => {
+                    assert_eq!(b.get("system").cloned().unwrap_or(Value::Null), want);
+                    assert_eq!(b["messages"], json!([user]));
+                }
+            }
+        }
+    }
 }
 
 #[test]

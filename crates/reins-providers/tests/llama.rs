@@ -72,6 +72,7 @@ async fn plain_and_streamed_text_with_usage() {
     let _serial = SERIAL.lock().await;
     let url = llama_url().await;
     let req = ModelRequest {
+        instructions: None,
         messages: Conversation::from_messages(vec![Message::user("Write one short sentence about the sea.")]),
         tools: Arc::from([]),
     };
@@ -106,6 +107,7 @@ async fn plain_and_streamed_text_with_usage() {
 
 fn tool_request() -> ModelRequest {
     ModelRequest {
+        instructions: None,
         messages: Conversation::from_messages(vec![
             Message::user("What is the weather in Paris? Use the tool."),
             // The prefill: the model continues an opened tool call.
@@ -158,8 +160,11 @@ impl Model for Prefill {
         if request.messages.len() == 1 {
             let mut messages = request.messages.to_vec();
             messages.push(Message::assistant("<tool_call>\n", vec![]));
-            let prefilled =
-                ModelRequest { messages: Conversation::from_messages(messages), tools: request.tools.clone() };
+            let prefilled = ModelRequest {
+                instructions: request.instructions.clone(),
+                messages: Conversation::from_messages(messages),
+                tools: request.tools.clone(),
+            };
             self.first.generate(&prefilled, cancel).await
         } else {
             self.rest.generate(request, cancel).await
@@ -246,6 +251,7 @@ async fn cancellation_mid_stream_stops_the_generation() {
     let _serial = SERIAL.lock().await;
     let url = llama_url().await;
     let req = ModelRequest {
+        instructions: None,
         messages: Conversation::from_messages(vec![Message::user("Count from 1 to 300, separated by commas.")]),
         tools: Arc::from([]),
     };

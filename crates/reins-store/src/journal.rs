@@ -390,6 +390,7 @@ impl Journal for SessionJournal {
             run_id: state.run_id().to_owned(),
             limits: state.limits().clone(),
             tools: tools.to_vec(),
+            instructions: state.instructions().map(str::to_owned),
             initial_messages: initial as u64,
             // Items earlier runs recorded: none for a new session (its first items come with this run).
             recorded_messages: if new { 0 } else { recorded as u64 },

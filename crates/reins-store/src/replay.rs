@@ -178,7 +178,7 @@ pub async fn replay(session: &Session, tools: ReplayTools, context: ContextConfi
 }
 
 /// Replays `session`: each recorded run starts from the recorded transcript at its start, with its
-/// limits (but no wall-clock deadline, which a replay cannot reproduce), its recorded model responses,
+/// instructions, its limits (but no wall-clock deadline, which a replay cannot reproduce), its recorded model responses,
 /// and the tools and context rules `settings` gives for it — each run with its own, since a resumed run
 /// may have been configured differently (its [`crate::RunStartData::config`] says how). Stops at the
 /// first divergence.
@@ -214,7 +214,8 @@ pub async fn replay_runs(
             &context,
             INTERRUPTED,
         )
-        .map_err(|e| StoreError::Resume { session: session.id().to_owned(), detail: e.to_string() })?;
+        .map_err(|e| StoreError::Resume { session: session.id().to_owned(), detail: e.to_string() })?
+        .with_instructions(run.start.instructions.as_deref().map(Into::into), &context);
         let model = ScriptedModel::new(script(&run.responses)).without_recording();
         let agent = Agent::builder(model)
             .registry(registry)

@@ -9,7 +9,8 @@ use crate::store::SessionSummary;
 
 /// The kinds of entries in the log.
 pub mod kind {
-    /// A run began: `{"run_id", "limits", "tools", "initial_messages", "recorded_messages"}`.
+    /// A run began: `{"run_id", "limits", "tools", "initial_messages", "recorded_messages"}`, plus
+    /// `"instructions"` when the run had any and `"config"` when the caller gave one.
     pub const RUN_START: &str = "run_start";
     /// A transcript item (`msg_index` set): a [`reins::Message`].
     pub const MESSAGE: &str = "message";
@@ -48,6 +49,9 @@ pub struct RunStartData {
     pub limits: Limits,
     /// The tools on offer.
     pub tools: Vec<ToolSpec>,
+    /// The instructions the run gave the model with every call, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
     /// Transcript items when the run began (after reconciliation and any follow-up prompt).
     pub initial_messages: u64,
     /// How many of them were already recorded by earlier runs.
@@ -158,7 +162,8 @@ impl Session {
 
     /// Rebuilds a run state to continue the session: the recorded transcript, reconciled — a batch
     /// cut short by a crash gets an [`INTERRUPTED`] error result for each call without a recorded
-    /// result — then `follow_up` as a new user message, if given. The new run gets a fresh run id.
+    /// result — then `follow_up` as a new user message, if given. The new run gets a fresh run id and the
+    /// instructions of the session's last run (replace them with [`RunState::set_instructions`]).
     pub fn resume_state(
         &self,
         limits: Limits,
@@ -170,8 +175,10 @@ impl Session {
         if messages.is_empty() {
             return Err(resume_err("it has no recorded transcript".into()));
         }
+        let instructions = self.runs()?.pop().and_then(|r| r.start.instructions);
         let mut state = RunState::resume(uuid::Uuid::new_v4().to_string(), messages, limits, ctx, INTERRUPTED)
-            .map_err(|e| resume_err(e.to_string()))?;
+            .map_err(|e| resume_err(e.to_string()))?
+            .with_instructions(instructions.map(Into::into), ctx);
         if let Some(text) = follow_up {
             state.push_user(text, ctx).map_err(|e| resume_err(e.to_string()))?;
         }

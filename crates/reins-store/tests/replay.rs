@@ -116,6 +116,40 @@ fn replay_reproduces_a_session_and_reports_a_changed_tool() {
     assert!(report.divergence.is_some());
 }
 
+/// A run's instructions are recorded with it and a replay gives them again: here they are what makes the
+/// newest turn not fit the context budget, so a replay without them would run the tool and diverge.
+#[test]
+fn replay_gives_each_run_its_recorded_instructions() {
+    let dir = TempDir::new("replay-instructions");
+    let store = Store::open(dir.path().join("s.db")).unwrap();
+    let broken = Arc::new(AtomicBool::new(false));
+    let registry = Arc::new(Registry::builder().tool(writer(dir.path().to_path_buf(), broken)).build().unwrap());
+    let call = ToolCall::new("1", "write", serde_json::json!({"name": "a.txt", "text": "hello"}));
+    let counter = reins::CharCounter;
+    let tools = reins::transcript::measure_tools(registry.specs(), &counter);
+    let turn = reins::transcript::measure(&reins::Message::assistant("", vec![call.clone()]), &counter);
+    // Room for the prompt ("go"), the turn and its result's reserve, 50 to spare: not for 100 of instructions.
+    let budget = tools + 2 + turn + reins::engine::state::MIN_RESULT_UNITS + 50;
+    let ctx = ContextConfig { max_context: Some(budget), ..ContextConfig::default() };
+    let agent = Agent::builder(ScriptedModel::new(vec![
+        ModelResponse::tool_calls("", vec![call]),
+        ModelResponse::text("done"),
+    ]))
+    .registry(registry)
+    .context(ctx.clone())
+    .instructions("i".repeat(100))
+    .journal(store.journal(SessionMeta::default()))
+    .build()
+    .unwrap();
+    let outcome = rt().block_on(agent.run("go", CancellationToken::new()));
+    assert_eq!(outcome.status, Status::ContextLimit, "{:?}", outcome.error);
+    let session = store.load(outcome.session_id.as_deref().unwrap()).unwrap();
+    assert_eq!(session.runs().unwrap()[0].start.instructions.as_deref(), Some("i".repeat(100).as_str()));
+    let report = rt().block_on(replay(&session, ReplayTools::Recorded, ctx)).unwrap();
+    assert_eq!(report.divergence, None, "{:?}", report.divergence);
+    assert_eq!(report.steps, 1);
+}
+
 #[test]
 fn replay_covers_resumed_and_crashed_runs() {
     let dir = TempDir::new("replay-resume");

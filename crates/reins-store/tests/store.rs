@@ -69,9 +69,11 @@ fn a_run_is_recorded_and_reads_back_exactly() {
     assert_eq!(runs[0].responses[1].response.as_ref().unwrap().text, "done");
     assert_eq!(runs[0].start.tools[0].name, "echo");
     assert_eq!(runs[0].end.as_ref().unwrap()["status"], "completed");
-    // The recorded end is the outcome, field for field, without its transcript.
+    // The recorded end is the outcome, field for field, without its transcript and its instructions (the
+    // run's start holds those).
     let mut expected = serde_json::to_value(&outcome).unwrap();
     expected.as_object_mut().unwrap().remove("messages");
+    expected.as_object_mut().unwrap().remove("instructions");
     assert_eq!(runs[0].end.as_ref().unwrap(), &expected);
     // Events: run_start and run_end carry the session id; sequence numbers are dense.
     let events: Vec<_> = session.events().collect();
@@ -138,6 +140,45 @@ fn resuming_keeps_the_id_and_appends() {
     assert_eq!(refused.status, Status::Aborted);
     assert!(refused.error.as_deref().unwrap().contains("changed since it was loaded"), "{:?}", refused.error);
     assert_eq!(store.load(&id).unwrap().messages().unwrap().len(), 8);
+}
+
+/// The instructions are recorded with each run; a resumed session gets them back (so the model is told the
+/// same), and the resumed run records them again.
+#[test]
+fn instructions_are_recorded_and_a_resumed_session_gets_them_back() {
+    let dir = TempDir::new("instructions");
+    let store = Store::open(dir.path().join("s.db")).unwrap();
+    let rules = "House rules: answer in one word.";
+    let a = Agent::builder(ScriptedModel::new(vec![ModelResponse::text("first")]))
+        .instructions(rules)
+        .journal(store.journal(SessionMeta::default()))
+        .build()
+        .unwrap();
+    let first = rt().block_on(a.run("q1", CancellationToken::new()));
+    assert_eq!(first.instructions.as_deref(), Some(rules));
+    let id = first.session_id.unwrap();
+    let session = store.load(&id).unwrap();
+    assert_eq!(session.runs().unwrap()[0].start.instructions.as_deref(), Some(rules));
+    assert!(session.messages().unwrap().iter().all(|m| !m.content().contains("House rules")), "not a message");
+
+    // An agent without instructions resumes it: the state carries the recorded ones.
+    let model = Arc::new(ScriptedModel::new(vec![ModelResponse::text("second")]));
+    let b = Agent::builder_shared(model.clone())
+        .journal(store.resume_journal(&session, SessionMeta::default()).unwrap())
+        .build()
+        .unwrap();
+    let state = session.resume_state(Limits::default(), b.context(), Some("q2")).unwrap();
+    assert_eq!(state.instructions(), Some(rules));
+    let second = rt().block_on(b.drive(state, CancellationToken::new()));
+    assert_eq!(second.status, Status::Completed);
+    assert_eq!(model.requests()[0].instructions.as_deref(), Some(rules));
+    assert_eq!(store.load(&id).unwrap().runs().unwrap()[1].start.instructions.as_deref(), Some(rules));
+
+    // A session recorded without instructions resumes without any.
+    let c = rt().block_on(agent(&store, vec![ModelResponse::text("x")]).run("q", CancellationToken::new()));
+    let s = store.load(c.session_id.as_deref().unwrap()).unwrap();
+    assert_eq!(s.runs().unwrap()[0].start.instructions, None);
+    assert_eq!(s.resume_state(Limits::default(), &ContextConfig::default(), None).unwrap().instructions(), None);
 }
 
 #[test]

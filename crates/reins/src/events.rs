@@ -20,6 +20,12 @@ pub enum EventKind {
     RunStart {
         /// The tools on offer.
         tools: Vec<String>,
+        /// The length of the run's instructions in characters (Unicode scalar values; 0: none).
+        #[serde(default)]
+        instructions_chars: u64,
+        /// The instructions (only with content opted in, and when there are any).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        instructions: Option<String>,
         /// The prompt (only with content opted in).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         prompt: Option<String>,

@@ -111,9 +111,13 @@ impl Serialize for Conversation {
     }
 }
 
-/// What a model is asked: the selected messages and the tools it may call.
+/// What a model is asked: the run's instructions, the selected messages and the tools it may call.
 #[derive(Clone, Debug, Default)]
 pub struct ModelRequest {
+    /// The run's instructions (a system prompt), when it has any. Every adapter sends them in its API's
+    /// own slot (a top-level `instructions` or `system` field, or a leading `system` message); they are
+    /// never a message of the conversation. Shared, so a request clones them in O(1).
+    pub instructions: Option<Arc<str>>,
     /// The selected conversation.
     pub messages: Conversation,
     /// The tools on offer, in registration order.

@@ -49,8 +49,8 @@ impl std::fmt::Display for Status {
     }
 }
 
-/// The result of a run: `{"status", "answer", "error", "steps", "tool_calls", "usage", "run_id", "messages"}`,
-/// plus `"session_id"` when the run was recorded.
+/// The result of a run: `{"status", "answer", "error", "steps", "tool_calls", "usage", "run_id",
+/// "instructions", "messages"}`, plus `"session_id"` when the run was recorded.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
     /// Why it ended.
@@ -70,6 +70,9 @@ pub struct Outcome {
     /// The id of the durable session the run was recorded in, when it was (see [`crate::journal`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// The instructions the model was given with every call (`null` when none).
+    #[serde(default)]
+    pub instructions: Option<String>,
     /// The whole transcript: every assistant tool call has exactly one result.
     pub messages: Vec<Message>,
 }

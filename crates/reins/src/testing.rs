@@ -40,7 +40,8 @@ impl From<Result<ModelResponse, ModelError>> for ScriptStep {
     }
 }
 
-/// A model that answers from a script, in order, and records every request it received. When the
+/// A model that answers from a script, in order, and records every request it received (instructions,
+/// messages and tools: see [`ScriptedModel::requests`]). When the
 /// script is exhausted, each further call fails with [`ModelError::Exhausted`].
 ///
 /// ```

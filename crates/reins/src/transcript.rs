@@ -69,6 +69,16 @@ pub fn measure(message: &Message, counter: &dyn TokenCounter) -> u64 {
     n
 }
 
+/// The size of the tool specs a model is sent, in the counter's unit: each tool's name, description and
+/// JSON Schema (as compact JSON). Measured once per registry, never per step.
+pub fn measure_tools(specs: &[crate::tool::ToolSpec], counter: &dyn TokenCounter) -> u64 {
+    specs.iter().fold(0u64, |n, s| {
+        n.saturating_add(counter.count(&s.name))
+            .saturating_add(counter.count(&s.description))
+            .saturating_add(counter.count_json(&s.input_schema))
+    })
+}
+
 impl Transcript {
     /// A transcript holding one user message.
     pub fn new(prompt: impl Into<String>, counter: &dyn TokenCounter) -> Self {

@@ -83,6 +83,11 @@ fn bounding_cuts_on_character_boundaries() {
     assert_eq!(read_cut(&s, &b).map(|c| c.1), Some(500 - (100 - "\n[… 500 characters omitted …]\n".chars().count())));
 }
 
+/// What the common registry's tool specs take of a character budget.
+fn tools_size(runs: &Runs) -> u64 {
+    reins::transcript::measure_tools(registry(runs).specs(), &CharCounter)
+}
+
 fn transcript(groups: usize) -> Transcript {
     let c = CharCounter;
     let mut t = Transcript::new("first", &c);
@@ -144,7 +149,8 @@ async fn the_model_is_sent_only_what_fits() {
     }
     steps.push(answer("ok"));
     let model = scripted(steps);
-    let ctx = ContextConfig { max_context: Some(200), ..ContextConfig::default() };
+    // The tool specs are sent too, and take their part of the budget: 200 are left for the messages.
+    let ctx = ContextConfig { max_context: Some(200 + tools_size(&runs)), ..ContextConfig::default() };
     let agent = agent_with(model.clone(), &runs, Limits::default()).context(ctx).build().unwrap();
     let o = run(&agent).await;
     is_status(&o, Status::Completed);
@@ -164,7 +170,7 @@ async fn the_model_is_sent_only_what_fits() {
 async fn a_budget_too_small_for_the_newest_group_ends_the_run_before_its_tools_run() {
     let runs = Runs::default();
     let model = scripted(vec![calls(vec![echo_call("1", &"x".repeat(300))])]);
-    let ctx = ContextConfig { max_context: Some(200), ..ContextConfig::default() };
+    let ctx = ContextConfig { max_context: Some(200 + tools_size(&runs)), ..ContextConfig::default() };
     let agent = agent_with(model, &runs, Limits::default()).context(ctx).build().unwrap();
     let o = run(&agent).await;
     is_status(&o, Status::ContextLimit);
@@ -239,4 +245,75 @@ async fn a_result_cut_to_ten_characters_still_says_it_was_cut() {
     assert!(r.content.chars().count() <= 10, "{:?}", r.content);
     assert_eq!(read_cut(&text, &r.content), Some((2, 10_000 - 2)), "{:?}", r.content);
     assert_eq!(r.content, "zz[…9998]");
+}
+
+#[test]
+fn tool_specs_are_measured_by_name_description_and_schema() {
+    let runs = Runs::default();
+    let specs = registry(&runs).specs().clone();
+    let by_hand: u64 = specs
+        .iter()
+        .map(|s| {
+            (s.name.chars().count() + s.description.chars().count() + s.input_schema.to_string().chars().count()) as u64
+        })
+        .sum();
+    assert!(by_hand > 0);
+    assert_eq!(reins::transcript::measure_tools(&specs, &CharCounter), by_hand);
+}
+
+/// A budget that holds the messages (and the tool specs) but not the instructions too ends the run
+/// `context_limit` before any model call; the same budget without the instructions completes.
+#[tokio::test]
+async fn instructions_are_counted_in_the_context_budget() {
+    let runs = Runs::default();
+    let instructions = "Follow the house rules. ".repeat(20); // 480 characters
+    let budget = tools_size(&runs) + 300;
+    let run_with = |instructions: Option<String>| {
+        let runs = runs.clone();
+        async move {
+            let model = scripted(vec![calls(vec![echo_call("1", "hi")]), answer("ok")]);
+            let ctx = ContextConfig { max_context: Some(budget), ..ContextConfig::default() };
+            let mut b = agent_with(model.clone(), &runs, Limits::default()).context(ctx);
+            if let Some(i) = instructions {
+                b = b.instructions(i);
+            }
+            (run(&b.build().unwrap()).await, model)
+        }
+    };
+    let (o, model) = run_with(None).await;
+    is_status(&o, Status::Completed);
+    assert_eq!(model.requests().len(), 2);
+    assert!(model.requests().iter().all(|r| r.instructions.is_none()));
+
+    let (o, model) = run_with(Some(instructions.clone())).await;
+    is_status(&o, Status::ContextLimit);
+    let error = o.error.clone().unwrap();
+    assert!(error.contains("instructions (480 characters)"), "{error}");
+    assert_eq!(model.calls(), 0, "no model call: the instructions do not fit");
+    assert_eq!(o.instructions.as_deref(), Some(instructions.as_str()));
+
+    // Instructions that fit are sent with every call, and the messages get what is left.
+    let (o, model) = run_with(Some("Be brief.".into())).await;
+    is_status(&o, Status::Completed);
+    for req in model.requests() {
+        assert_eq!(req.instructions.as_deref(), Some("Be brief."));
+        assert!(!req.messages.iter().any(|m| m.content().contains("Be brief.")), "never a message");
+    }
+    assert_eq!(o.instructions.as_deref(), Some("Be brief."));
+}
+
+/// Under a budget, the newest group must fit with the instructions: a turn that fits the budget alone but
+/// not next to the instructions is refused before its tools run.
+#[tokio::test]
+async fn a_turn_that_fits_only_without_the_instructions_runs_no_tool() {
+    let runs = Runs::default();
+    let budget = tools_size(&runs) + 400;
+    let model = scripted(vec![calls(vec![echo_call("1", &"x".repeat(250))])]);
+    let ctx = ContextConfig { max_context: Some(budget), ..ContextConfig::default() };
+    let agent = agent_with(model, &runs, Limits::default()).context(ctx).instructions("i".repeat(200)).build().unwrap();
+    let o = run(&agent).await;
+    is_status(&o, Status::ContextLimit);
+    assert_eq!(runs.get(), 0);
+    let error = o.error.unwrap();
+    assert!(error.contains("newest turn") && error.contains("instructions and tool specs"), "{error}");
 }

@@ -467,13 +467,19 @@ async fn the_run_state_serializes_and_resumes_mid_run() {
     let runs = Runs::default();
     let reg = registry(&runs);
     let ctx = reins::ContextConfig::default();
-    let mut state = reins::RunState::new("r1", "go", Limits::default(), &ctx).unwrap();
-    assert!(matches!(state.next_action(&reg, &ctx), reins::Action::CallModel(_)));
+    let mut state = reins::RunState::new("r1", "go", Limits::default(), &ctx)
+        .unwrap()
+        .with_instructions(Some("Be exact.".into()), &ctx);
+    match state.next_action(&reg, &ctx) {
+        reins::Action::CallModel(req) => assert_eq!(req.instructions.as_deref(), Some("Be exact.")),
+        a => panic!("{a:?}"),
+    }
     let adm = state.on_model_response(Ok(calls(vec![echo_call("1", "a"), echo_call("2", "b")])), &reg, None, &ctx);
     assert_eq!(adm, reins::Admission::Batch);
     // Persist mid-batch, restore elsewhere.
     let json = serde_json::to_string(&state).unwrap();
     let mut restored: reins::RunState = serde_json::from_str(&json).unwrap();
+    assert_eq!(restored.instructions(), Some("Be exact."), "the instructions are part of the state");
     let ids: Vec<String> = match restored.next_action(&reg, &ctx) {
         reins::Action::RunTools(b) => {
             assert!(b.iter().all(|p| *p.plan == reins::Plan::Run));
@@ -488,9 +494,13 @@ async fn the_run_state_serializes_and_resumes_mid_run() {
         None,
         &ctx,
     );
-    let agent = Agent::builder(ScriptedModel::new(vec![answer("done")])).registry(registry(&runs)).build().unwrap();
+    // The state carries its instructions: an agent without any still sends them.
+    let model = Arc::new(ScriptedModel::new(vec![answer("done")]));
+    let agent = Agent::builder_shared(model.clone()).registry(registry(&runs)).build().unwrap();
     let o = agent.drive(restored, CancellationToken::new()).await;
     is_status(&o, Status::Completed);
+    assert_eq!(model.requests()[0].instructions.as_deref(), Some("Be exact."));
+    assert_eq!(o.instructions.as_deref(), Some("Be exact."));
     assert_eq!(o.messages[3], Message::tool_result("2", "interrupted", true));
     assert_coherent(&o);
 }

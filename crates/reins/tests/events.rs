@@ -86,6 +86,41 @@ async fn content_appears_only_when_opted_in() {
 }
 
 #[tokio::test]
+async fn run_start_gives_the_instructions_length_and_their_text_only_with_content() {
+    for content in [false, true] {
+        let runs = Runs::default();
+        let model = scripted(vec![answer("ok")]);
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let agent = agent_with(model, &runs, Limits::default())
+            .instructions("Règle: be brief.")
+            .observer(collect(&events))
+            .include_content(content)
+            .build()
+            .unwrap();
+        run(&agent).await;
+        let first: Value = serde_json::from_str(&events.lock().unwrap()[0].to_json()).unwrap();
+        assert_eq!(first["type"], "run_start");
+        assert_eq!(first["instructions_chars"], 16, "characters, not bytes");
+        match content {
+            true => assert_eq!(first["instructions"], "Règle: be brief."),
+            false => assert!(first.get("instructions").is_none(), "{first}"),
+        }
+    }
+    // No instructions: 0, and no text even with content.
+    let runs = Runs::default();
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let agent = agent_with(scripted(vec![answer("ok")]), &runs, Limits::default())
+        .observer(collect(&events))
+        .include_content(true)
+        .build()
+        .unwrap();
+    run(&agent).await;
+    let first: Value = serde_json::from_str(&events.lock().unwrap()[0].to_json()).unwrap();
+    assert_eq!(first["instructions_chars"], 0);
+    assert!(first.get("instructions").is_none());
+}
+
+#[tokio::test]
 async fn failing_and_panicking_observers_never_change_the_outcome() {
     let runs = Runs::default();
     let model = scripted(vec![calls(vec![echo_call("1", "a")]), answer("done")]);

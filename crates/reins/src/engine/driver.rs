@@ -37,6 +37,7 @@ use crate::tool::{ToolContext, ToolError};
 /// ```
 pub struct Agent {
     model: Arc<dyn Model>,
+    instructions: Option<Arc<str>>,
     registry: Arc<Registry>,
     tool_source: Option<Arc<dyn ToolSource>>,
     limits: Limits,
@@ -54,6 +55,16 @@ pub struct AgentBuilder {
 }
 
 impl AgentBuilder {
+    /// The instructions (a system prompt) of every run: each model call carries them, and each adapter
+    /// sends them in its API's own slot (OpenAI Responses `instructions`, Chat Completions a leading
+    /// `system` message, Anthropic `system`). They are part of the run's state (so a resumed or replayed
+    /// run has them), recorded with the session, and counted in the context budget, measured once per
+    /// run. Empty text is none.
+    pub fn instructions(mut self, text: impl Into<String>) -> Self {
+        let text: String = text.into();
+        self.agent.instructions = (!text.is_empty()).then(|| Arc::from(text));
+        self
+    }
     /// The tools.
     pub fn registry(mut self, registry: impl Into<Arc<Registry>>) -> Self {
         self.agent.registry = registry.into();
@@ -198,6 +209,7 @@ impl Agent {
         AgentBuilder {
             agent: Agent {
                 model,
+                instructions: None,
                 registry: Arc::new(Registry::empty()),
                 tool_source: None,
                 limits: Limits::default(),
@@ -209,6 +221,11 @@ impl Agent {
                 journal: None,
             },
         }
+    }
+
+    /// The instructions a new run gets, if any.
+    pub fn instructions(&self) -> Option<&str> {
+        self.instructions.as_deref()
     }
 
     /// The tools.
@@ -231,7 +248,7 @@ impl Agent {
     pub async fn run(&self, prompt: &str, cancel: CancellationToken) -> Outcome {
         let run_id = uuid::Uuid::new_v4().to_string();
         match RunState::new(run_id, prompt, self.limits.clone(), &self.context) {
-            Ok(state) => self.drive(state, cancel).await,
+            Ok(state) => self.drive(state.with_instructions(self.instructions.clone(), &self.context), cancel).await,
             Err(e) => self.refused(prompt, e),
         }
     }
@@ -246,11 +263,13 @@ impl Agent {
             usage: Default::default(),
             run_id: String::new(),
             session_id: None,
+            instructions: self.instructions.as_deref().map(str::to_owned),
             messages: vec![Message::user(prompt)],
         }
     }
 
-    /// Drives an existing state (new or resumed) to its end.
+    /// Drives an existing state (new or resumed) to its end. The state carries the instructions the run
+    /// is given (see [`RunState::set_instructions`]); [`Agent::run`] puts the agent's into a new state.
     pub async fn drive(&self, mut state: RunState, cancel: CancellationToken) -> Outcome {
         let started = Instant::now();
         let limits = state.limits().clone();
@@ -297,7 +316,15 @@ impl Agent {
                 .include_content
                 .then(|| state.transcript().to_vec().first().map(|m| m.content().to_owned()))
                 .flatten();
-            emitter.emit(EventKind::RunStart { tools, prompt, session_id: session_id.clone() });
+            let instructions_chars = state.instructions().map_or(0, |t| t.chars().count() as u64);
+            let instructions = self.include_content.then(|| state.instructions().map(str::to_owned)).flatten();
+            emitter.emit(EventKind::RunStart {
+                tools,
+                instructions_chars,
+                instructions,
+                prompt,
+                session_id: session_id.clone(),
+            });
         }
         let interrupted = |deadline_passed: bool| {
             if cancel.is_cancelled() {

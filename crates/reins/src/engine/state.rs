@@ -2,6 +2,8 @@
 //! spawns, reads a clock or touches the network. Its state serializes, so a run can be persisted between
 //! steps and resumed elsewhere.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::context::{ContextConfig, bound_text, bound_to_units, fair_shares};
@@ -11,7 +13,8 @@ use crate::model::{ModelError, ModelRequest, ModelResponse};
 use crate::outcome::{Outcome, Status};
 use crate::policy::{Decision, Policy};
 use crate::registry::Registry;
-use crate::transcript::{Transcript, TranscriptError, measure};
+use crate::tool::ToolSpec;
+use crate::transcript::{Transcript, TranscriptError, measure, measure_tools};
 use crate::usage::UsageTotals;
 use crate::validate::check_response;
 
@@ -104,16 +107,43 @@ pub enum Admission {
     Batch,
 }
 
+/// The tool specs a run last measured, and their size: measured again only when the registry's specs
+/// are others (a tool source that changed), never per step.
+#[derive(Clone)]
+struct ToolsSize {
+    specs: Arc<[ToolSpec]>,
+    size: u64,
+}
+
+impl std::fmt::Debug for ToolsSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ToolsSize({} tools, {})", self.specs.len(), self.size)
+    }
+}
+
 /// The serializable state of one run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunState {
     run_id: String,
     limits: Limits,
+    /// The instructions sent with every model call (never a message of the transcript).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    instructions: Option<Arc<str>>,
+    /// Their size in the context unit, measured once when they were set.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    instructions_size: u64,
+    /// The size of the tool specs on offer (only under a context budget).
+    #[serde(skip)]
+    tools_size: Option<ToolsSize>,
     transcript: Transcript,
     steps: u64,
     tool_calls: u64,
     usage: UsageTotals,
     phase: Phase,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl RunState {
@@ -129,6 +159,9 @@ impl RunState {
         Ok(RunState {
             run_id: run_id.into(),
             limits,
+            instructions: None,
+            instructions_size: 0,
+            tools_size: None,
             transcript,
             steps: 0,
             tool_calls: 0,
@@ -158,12 +191,54 @@ impl RunState {
         Ok(RunState {
             run_id: run_id.into(),
             limits,
+            instructions: None,
+            instructions_size: 0,
+            tools_size: None,
             transcript,
             steps: 0,
             tool_calls: 0,
             usage: UsageTotals::default(),
             phase: Phase::Ready,
         })
+    }
+
+    /// Sets the run's instructions: sent with every model call in the API's own slot (never as a message
+    /// of the transcript) and counted in the context budget, measured here, once. Empty text is none.
+    pub fn set_instructions(&mut self, instructions: Option<Arc<str>>, ctx: &ContextConfig) {
+        self.instructions = instructions.filter(|t| !t.is_empty());
+        self.instructions_size = self.instructions.as_deref().map_or(0, |t| ctx.counter.count(t));
+    }
+
+    /// The same state with these instructions (see [`RunState::set_instructions`]).
+    pub fn with_instructions(mut self, instructions: Option<Arc<str>>, ctx: &ContextConfig) -> Self {
+        self.set_instructions(instructions, ctx);
+        self
+    }
+
+    /// The run's instructions, if any.
+    pub fn instructions(&self) -> Option<&str> {
+        self.instructions.as_deref()
+    }
+
+    /// The run's instructions, shared.
+    pub fn instructions_shared(&self) -> Option<&Arc<str>> {
+        self.instructions.as_ref()
+    }
+
+    /// What the instructions and the tool specs take of the context budget: `(instructions, tools)`.
+    /// The specs are measured when they are not the ones measured last (once per run unless a tool
+    /// source changes them), never per step.
+    fn fixed_sizes(&mut self, registry: &Registry, ctx: &ContextConfig) -> (u64, u64) {
+        let specs = registry.specs();
+        let tools = match &self.tools_size {
+            Some(t) if Arc::ptr_eq(&t.specs, specs) => t.size,
+            _ => {
+                let size = measure_tools(specs, ctx.counter.as_ref());
+                self.tools_size = Some(ToolsSize { specs: Arc::clone(specs), size });
+                size
+            }
+        };
+        (self.instructions_size, tools)
     }
 
     /// Adds a follow-up user message to a run that is ready for its next model call.
@@ -227,10 +302,42 @@ impl RunState {
                     return Action::Finished;
                 }
             }
-            match self.transcript.select(ctx.max_context, ctx.counter.unit()) {
-                Ok(messages) => return Action::CallModel(ModelRequest { messages, tools: registry.specs().clone() }),
+            let mut fixed = 0;
+            let budget = match ctx.max_context {
+                None => None,
+                Some(budget) => {
+                    let (instructions, tools) = self.fixed_sizes(registry, ctx);
+                    fixed = instructions.saturating_add(tools);
+                    let first = self.transcript.first_size();
+                    if fixed > 0 && fixed.saturating_add(first) > budget {
+                        let unit = ctx.counter.unit();
+                        self.end(
+                            Status::ContextLimit,
+                            None,
+                            Some(format!(
+                                "context limit: the instructions ({instructions} {unit}) and tool specs ({tools} {unit}) plus the first user message ({first} {unit}) exceed the context budget ({budget} {unit})"
+                            )),
+                        );
+                        return Action::Finished;
+                    }
+                    Some(budget - fixed)
+                }
+            };
+            match self.transcript.select(budget, ctx.counter.unit()) {
+                Ok(messages) => {
+                    return Action::CallModel(ModelRequest {
+                        instructions: self.instructions.clone(),
+                        messages,
+                        tools: registry.specs().clone(),
+                    });
+                }
                 Err(e) => {
-                    self.end(Status::ContextLimit, None, Some(format!("context limit: {e}")));
+                    let after = if fixed > 0 {
+                        format!(" left after the instructions and tool specs ({fixed} {})", ctx.counter.unit())
+                    } else {
+                        String::new()
+                    };
+                    self.end(Status::ContextLimit, None, Some(format!("context limit: {e}{after}")));
                     return Action::Finished;
                 }
             }
@@ -300,17 +407,24 @@ impl RunState {
         let assistant = Message::Assistant { content: text, tool_calls };
         let assistant_size = measure(&assistant, counter);
         if let Some(budget) = ctx.max_context {
+            let (instructions, tools) = self.fixed_sizes(registry, ctx);
+            let fixed = instructions.saturating_add(tools);
             let first = self.transcript.first_size();
             let reserve =
                 n.saturating_mul(MIN_RESULT_UNITS.min(ctx.max_tool_result_chars.map_or(u64::MAX, |c| c as u64)));
-            let need = first.saturating_add(assistant_size).saturating_add(reserve);
+            let need = first.saturating_add(assistant_size).saturating_add(reserve).saturating_add(fixed);
             if need > budget {
                 let unit = counter.unit();
+                let with_fixed = if fixed > 0 {
+                    format!(" and the instructions and tool specs ({fixed} {unit})")
+                } else {
+                    String::new()
+                };
                 return self.end(
                     Status::ContextLimit,
                     None,
                     Some(format!(
-                        "context limit: the newest turn ({assistant_size} {unit}, {n} calls, at least {reserve} {unit} for their results) plus the first user message ({first} {unit}) exceeds the context budget ({budget} {unit}); no call ran"
+                        "context limit: the newest turn ({assistant_size} {unit}, {n} calls, at least {reserve} {unit} for their results) plus the first user message ({first} {unit}){with_fixed} exceeds the context budget ({budget} {unit}); no call ran"
                     )),
                 );
             }
@@ -401,7 +515,11 @@ impl RunState {
             })
             .collect();
         if let Some(budget) = ctx.max_context {
-            let available = budget.saturating_sub(self.transcript.first_size()).saturating_sub(assistant_size);
+            let fixed = self.instructions_size.saturating_add(self.tools_size.as_ref().map_or(0, |t| t.size));
+            let available = budget
+                .saturating_sub(fixed)
+                .saturating_sub(self.transcript.first_size())
+                .saturating_sub(assistant_size);
             let sizes: Vec<u64> = texts.iter().map(|t| counter.count(&t.1)).collect();
             if sizes.iter().fold(0u64, |a, s| a.saturating_add(*s)) > available {
                 let shares = fair_shares(&sizes, available);
@@ -468,6 +586,7 @@ impl RunState {
             usage: self.usage,
             run_id: self.run_id.clone(),
             session_id: None,
+            instructions: self.instructions.as_deref().map(str::to_owned),
             messages,
         }
     }

@@ -52,5 +52,5 @@ pub(crate) async fn connect<H: rmcp::ClientHandler>(
     let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::Client::builder().build().map_err(|e| format!("cannot build the HTTP client: {e}"))?;
     let transport = StreamableHttpClientTransport::with_client(client, config);
-    handler.serve(transport).await.map_err(|e| e.to_string())
+    handler.serve(transport).await.map_err(|e| crate::server::plain(&e.to_string()))
 }

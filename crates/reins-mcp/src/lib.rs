@@ -20,6 +20,7 @@
 
 pub mod config;
 pub mod error;
+pub mod frame;
 mod http;
 pub mod process;
 pub mod result;
@@ -31,6 +32,7 @@ pub use config::{
     check_server_name, qualified_name,
 };
 pub use error::McpError;
+pub use frame::{LineGuard, MAX_MESSAGE_BYTES};
 pub use result::map_call_result;
 pub use server::{McpServer, RemoteTool, SHUTDOWN_GRACE};
 pub use tools::{McpTool, McpToolSource, McpTools, make_tools};

@@ -81,13 +81,15 @@ impl McpServer {
                     McpError::Spawn { server: name.clone(), command: command.clone(), reason: e.to_string() }
                 })?;
                 let process = Arc::new(process);
+                // The guard reports an answer over the message size limit as an error for its request.
+                let stdout = crate::frame::LineGuard::new(stdout);
                 let started = tokio::time::timeout(timeout, handler.serve((stdout, stdin))).await;
                 let service = match started {
                     Ok(Ok(service)) => service,
                     Ok(Err(e)) => {
                         // Let a crashing server's exit status and last words arrive before reporting.
                         tokio::time::sleep(Duration::from_millis(100)).await;
-                        let reason = with_diagnosis(e.to_string(), &process.diagnosis());
+                        let reason = with_diagnosis(plain(&e.to_string()), &process.diagnosis());
                         process.kill_group();
                         return Err(McpError::Initialize { server: name, reason });
                     }
@@ -160,7 +162,7 @@ impl McpServer {
             Ok(Err(e)) => {
                 return Err(McpError::ListTools {
                     server: self.name().to_owned(),
-                    reason: self.explain(&e.to_string()),
+                    reason: self.explain(&plain(&e.to_string())),
                 });
             }
             Err(_) => {
@@ -211,9 +213,11 @@ impl McpServer {
                 if self.process.is_some() && self.peer.is_transport_closed() {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
-                Err(ToolError::Failed(
-                    self.explain(&format!("MCP server {:?} failed the call of {tool:?}: {e}", self.name())),
-                ))
+                Err(ToolError::Failed(self.explain(&format!(
+                    "MCP server {:?} failed the call of {tool:?}: {}",
+                    self.name(),
+                    call_error(&e)
+                ))))
             }
             Ok(Ok(result)) => match serde_json::to_value(&result) {
                 Ok(v) => map_call_result(&v),
@@ -240,6 +244,49 @@ impl McpServer {
             None => message.to_owned(),
         }
     }
+}
+
+/// A call's failure in plain words: the server's own error message, or the transport's without Rust type names.
+fn call_error(e: &rmcp::ServiceError) -> String {
+    match e {
+        rmcp::ServiceError::McpError(data) => {
+            format!("the server answered with error {}: {}", data.code.0, data.message)
+        }
+        rmcp::ServiceError::TransportClosed => "the connection to the server closed".to_owned(),
+        other => plain(&other.to_string()),
+    }
+}
+
+/// An error message from the MCP library, for a person or a model: bracketed Rust type names (the library
+/// names its transport as `Transport [rmcp::transport::...<...>] error: ...`) are taken out.
+pub(crate) fn plain(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(open) = rest.find('[') {
+        let mut depth = 0usize;
+        let mut close = None;
+        for (i, c) in rest[open..].char_indices() {
+            match c {
+                '[' => depth += 1,
+                ']' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = Some(open + i);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let Some(close) = close else { break };
+        out.push_str(&rest[..open]);
+        if !rest[open + 1..close].contains("::") {
+            out.push_str(&rest[open..=close]);
+        }
+        rest = &rest[close + 1..];
+    }
+    out.push_str(rest);
+    out.replace("Transport  error: ", "").replace("Transport error: ", "")
 }
 
 fn with_diagnosis(message: String, diagnosis: &str) -> String {

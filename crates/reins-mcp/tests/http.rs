@@ -104,6 +104,9 @@ async fn an_http_server_that_dies_mid_call_or_never_answers_gives_errors_not_a_s
         matches!(&result, Err(reins::ToolError::Failed(m)) if m.contains("MCP server \"web\" failed the call of \"trigger-long-running-operation\"")),
         "{result:?}"
     );
+    // A plain message for the model: no Rust type names (`Transport [rmcp::...]`).
+    let message = result.unwrap_err().to_string();
+    assert!(!message.contains("::") && !message.contains("Transport ["), "{message}");
     mcp.shutdown().await;
 
     // An endpoint that accepts connections but never answers: the start-up timeout ends the wait.
@@ -125,6 +128,7 @@ async fn an_http_server_that_dies_mid_call_or_never_answers_gives_errors_not_a_s
     let config = ServerConfig::http("gone", format!("http://127.0.0.1:{port}/mcp")).unwrap();
     let err = McpTools::start(vec![config]).await.unwrap_err();
     assert!(matches!(&err, McpError::Initialize { server, .. } if server == "gone"), "{err:?}");
+    assert!(!err.to_string().contains("::") && !err.to_string().contains("Transport ["), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -406,3 +406,30 @@ async fn a_refresh_that_brings_a_refused_tool_keeps_the_previous_tools_and_recor
     let names = |i: usize| model.requests()[i].tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
     assert_eq!(names(0), names(2));
 }
+
+/// An answer over the 16 MiB message limit of the stdio transport is an error result at once (not after the
+/// call timeout), and the server still answers the next call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_answer_is_reported_at_once_not_after_the_call_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::python_server("py", "", &dir.path().join("calls.log")).call_timeout(Duration::from_secs(120));
+    let mcp = McpTools::start(vec![config]).await.unwrap();
+    let server = Arc::clone(mcp.servers().first().unwrap());
+    let cancel = CancellationToken::new();
+
+    let within = server.call("big", json!({"bytes": 1 << 20}), &cancel).await.unwrap().into_text();
+    assert_eq!(within.len(), 1 << 20);
+
+    let started = std::time::Instant::now();
+    let over = server.call("big", json!({"bytes": 17 << 20}), &cancel).await;
+    let waited = started.elapsed();
+    eprintln!("oversized answer reported after {waited:?}");
+    let message = over.unwrap_err().to_string();
+    assert!(message.contains("16 MiB limit"), "{message}");
+    assert!(!message.contains("::"), "{message}");
+    assert!(waited < Duration::from_secs(60), "the oversized answer was waited for: {waited:?}");
+
+    let next = server.call("shout", json!({"text": "still here"}), &cancel).await.unwrap().into_text();
+    assert_eq!(next, "STILL HERE");
+    mcp.shutdown().await;
+}

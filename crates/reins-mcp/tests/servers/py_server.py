@@ -83,6 +83,15 @@ TOOLS = [
         },
     ),
     types.Tool(
+        name="big",
+        description="Answers with a text of `bytes` bytes.",
+        input_schema={
+            "type": "object",
+            "properties": {"bytes": {"type": "integer", "minimum": 0}},
+            "required": ["bytes"],
+        },
+    ),
+    types.Tool(
         name="enable_extra",
         description="Adds the tool `extra` and announces the change.",
         input_schema={"type": "object"},
@@ -133,6 +142,8 @@ async def call_tool(ctx, params):
     if params.name == "sleep":
         await anyio.sleep(float(args["seconds"]))
         return types.CallToolResult(content=text("slept"))
+    if params.name == "big":
+        return types.CallToolResult(content=text("b" * int(args["bytes"])))
     if params.name == "enable_extra":
         extra_enabled = True
         await ctx.session.send_tool_list_changed()

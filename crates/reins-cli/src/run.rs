@@ -78,13 +78,9 @@ pub struct RunArgs {
     pub store: crate::sessions_cli::RunStoreFlags,
 }
 
-/// Parses a duration such as `30s`, `250ms`, `5m` or `1h 30m`.
+/// Parses a duration such as `30s`, `250ms`, `5m` or `1h 30m`: the core's one rule ([`reins::parse_duration`]).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration such as 30s or 5m: {e}"))?;
-    if d.is_zero() {
-        return Err("the duration must be longer than zero".into());
-    }
-    Ok(d)
+    reins::parse_duration(s).map_err(|e| e.to_string())
 }
 
 /// The JSON-lines observer: one event a line on stdout.

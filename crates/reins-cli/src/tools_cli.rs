@@ -111,6 +111,12 @@ pub fn build_tools(flags: &ToolFlags) -> Result<Vec<Arc<dyn Tool>>, CliError> {
         Some(dir) if p.is_relative() => dir.join(p),
         _ => p.clone(),
     });
+    // Checked whether or not there are presets: a bad value is refused the same way every time.
+    let timeout = config.commands.timeout.as_deref().map(reins_tools::parse_duration).transpose();
+    let timeout = timeout.map_err(|e| usage(format!("[commands] timeout: {e}")))?;
+    if let Some(limits) = &config.commands.limits {
+        limits.validate().map_err(|m| usage(format!("[commands] {m}")))?;
+    }
     let Some(root) = flags.workspace.clone().or(from_config) else {
         if !flags.presets.is_empty() || !config.presets.is_empty() {
             return Err(usage("presets need a workspace: pass --workspace DIR (or [workspace] path in the config)"));
@@ -134,8 +140,8 @@ pub fn build_tools(flags: &ToolFlags) -> Result<Vec<Arc<dyn Tool>>, CliError> {
     }
     if !presets.is_empty() {
         let mut cmd = CommandConfig::default();
-        if let Some(t) = &config.commands.timeout {
-            cmd.timeout = reins_tools::parse_duration(t).map_err(|e| usage(format!("[commands] timeout: {e}")))?;
+        if let Some(t) = timeout {
+            cmd.timeout = t;
         }
         if let Some(t) = flags.command_timeout {
             cmd.timeout = t;

@@ -150,3 +150,55 @@ fn the_demo_uses_the_workspace_tools() {
     assert!(text.contains("4 RELEASE.md"), "{text}");
     assert!(text.contains("leaves the workspace"), "{text}");
 }
+
+#[test]
+fn one_duration_rule_and_checked_limits_with_or_without_presets() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).expect("mkdir");
+    let ws = ws.to_string_lossy().into_owned();
+    let script = calls(json!([]));
+    for (flag, value) in [("--timeout", "1ns"), ("--tool-timeout", "0s"), ("--command-timeout", "999us")] {
+        let (out, _) = run(tmp.path(), script.clone(), &[flag, value]);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}");
+    }
+    let config = tmp.path().join("c.toml");
+    for (text, needle) in [
+        ("[commands]\ntimeout = \"0s\"\n", "[commands] timeout"),
+        ("[commands]\ntimeout = \"1ns\"\n", "smallest unit is ms"),
+        ("[commands.limits]\nopen_files = 0\n", "open_files must be at least 1"),
+    ] {
+        std::fs::write(&config, text).expect("write");
+        let config = config.to_string_lossy().into_owned();
+        for presets in [&[][..], &["--preset", "x=true"][..]] {
+            let mut args = vec!["--workspace", &ws, "--config", &config];
+            args.extend_from_slice(presets);
+            let (out, _) = run(tmp.path(), script.clone(), &args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{text} {presets:?}: {stderr}");
+            assert!(stderr.contains(needle), "{text} {presets:?}: {stderr}");
+        }
+    }
+}
+
+#[test]
+fn a_config_protected_list_keeps_git_protected() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(ws.join(".git")).expect("mkdir");
+    std::fs::write(ws.join(".git/config"), "[core]\n").expect("write");
+    let config = tmp.path().join("c.toml");
+    std::fs::write(&config, "[workspace]\nprotected = [\"secret/**\"]\n").expect("write");
+    let script = calls(json!([
+        {"id": "1", "name": "edit_file", "arguments": {"path": ".git/config", "old_text": "[core]", "new_text": "[core]\n\tfsmonitor = evil"}},
+        {"id": "2", "name": "write_file", "arguments": {"path": ".git/hooks-x", "content": "x"}}
+    ]));
+    let ws_arg = ws.to_string_lossy().into_owned();
+    let (out, outcome) = run(tmp.path(), script, &["--workspace", &ws_arg, "--config", &config.to_string_lossy()]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let results = tool_results(&outcome.expect("outcome"));
+    assert_eq!(results.len(), 2);
+    assert!(results.iter().all(|(text, err)| *err && text.contains("protected")), "{results:?}");
+    assert_eq!(std::fs::read_to_string(ws.join(".git/config")).expect("read"), "[core]\n");
+    assert!(!ws.join(".git/hooks-x").exists());
+}

@@ -173,6 +173,7 @@ impl ServerConfig {
         };
         let mut out = Vec::with_capacity(tables.len());
         for (name, value) in tables {
+            check_table_keys(name, value)?;
             let table: ServerTable = value.clone().try_into().map_err(|e: toml::de::Error| {
                 ConfigError(format!(
                     "[mcp.{name}]: {} (a server has `command` and optional `args`, `env`, `cwd`, or `url` and \
@@ -186,13 +187,40 @@ impl ServerConfig {
     }
 }
 
-fn parse_timeout(name: &str, key: &str, text: &str) -> Result<Duration, ConfigError> {
-    let d = humantime::parse_duration(text)
-        .map_err(|e| ConfigError(format!("[mcp.{name}] {key} {text:?}: {e} (write e.g. \"30s\" or \"2m\")")))?;
-    if d.is_zero() {
-        return Err(ConfigError(format!("[mcp.{name}] {key} must be longer than zero")));
+/// The keys of a stdio server's table, of an HTTP server's, and of both.
+const STDIO_KEYS: &[&str] = &["command", "args", "env", "cwd"];
+const HTTP_KEYS: &[&str] = &["url", "headers"];
+const COMMON_KEYS: &[&str] = &["startup_timeout", "call_timeout"];
+
+/// Refuses a table that mixes the two transports (`command` and `url`), or that has a key no server has, before
+/// the untagged transport would quietly pick one and drop the rest.
+fn check_table_keys(name: &str, value: &toml::Value) -> Result<(), ConfigError> {
+    let toml::Value::Table(table) = value else {
+        return Err(ConfigError(format!("[mcp.{name}] must be a table")));
+    };
+    let has = |keys: &[&'static str]| keys.iter().copied().filter(|k| table.contains_key(*k)).collect::<Vec<_>>();
+    let (stdio, http) = (has(STDIO_KEYS), has(HTTP_KEYS));
+    if !stdio.is_empty() && !http.is_empty() {
+        return Err(ConfigError(format!(
+            "[mcp.{name}] mixes a stdio server ({}) with an HTTP server ({}): a server has either `command` (and \
+             optional `args`, `env`, `cwd`) or `url` (and optional `headers`)",
+            stdio.join(", "),
+            http.join(", ")
+        )));
     }
-    Ok(d)
+    if let Some(key) =
+        table.keys().find(|k| ![STDIO_KEYS, HTTP_KEYS, COMMON_KEYS].iter().any(|set| set.contains(&k.as_str())))
+    {
+        return Err(ConfigError(format!(
+            "[mcp.{name}]: unknown key `{key}` (a server has `command` and optional `args`, `env`, `cwd`, or `url` \
+             and optional `headers`; plus optional `startup_timeout` and `call_timeout`)"
+        )));
+    }
+    Ok(())
+}
+
+fn parse_timeout(name: &str, key: &str, text: &str) -> Result<Duration, ConfigError> {
+    reins::parse_duration(text).map_err(|e| ConfigError(format!("[mcp.{name}] {key}: {e}")))
 }
 
 /// Checks a server name: 1-32 letters, digits, `_` or `-`, starting with a letter, with no `__` and no
@@ -316,7 +344,12 @@ mod tests {
         for (text, needle) in [
             ("[mcp.fs]\nargs = [\"x\"]\n", "[mcp.fs]"),
             ("[mcp.fs]\ncommand = \"node\"\ncall_timeout = \"soon\"\n", "call_timeout"),
-            ("[mcp.fs]\ncommand = \"node\"\nstartup_timeout = \"0s\"\n", "longer than zero"),
+            ("[mcp.fs]\ncommand = \"node\"\nstartup_timeout = \"0s\"\n", "at least 1ms"),
+            ("[mcp.fs]\ncommand = \"node\"\ncall_timeout = \"1ns\"\n", "smallest unit is ms"),
+            ("[mcp.both]\ncommand = \"node\"\nurl = \"http://127.0.0.1:9/mcp\"\n", "mixes a stdio server"),
+            ("[mcp.both]\nurl = \"http://127.0.0.1:9/mcp\"\nargs = [\"x\"]\n", "mixes a stdio server"),
+            ("[mcp.fs]\ncommand = \"node\"\ncall_timout = \"1s\"\n", "unknown key `call_timout`"),
+            ("[mcp]\nfs = 3\n", "must be a table"),
             ("[mcp.\"a b\"]\ncommand = \"node\"\n", "invalid MCP server name"),
             ("mcp = 3\n", "table of servers"),
         ] {
@@ -333,6 +366,19 @@ mod tests {
                 prop_assert!(check_server_name(&config.name).is_ok());
                 prop_assert!(reins::is_valid_tool_name(&qualified_name(&config.name, "t")));
             }
+        }
+
+        #[test]
+        fn a_table_with_both_transports_is_refused(
+            stdio in proptest::sample::subsequence(STDIO_KEYS.to_vec(), 1..=4),
+            http in proptest::sample::subsequence(HTTP_KEYS.to_vec(), 0..=2),
+        ) {
+            let mut table = toml::Table::new();
+            for key in stdio.iter().chain(http.iter()) {
+                table.insert((*key).to_owned(), toml::Value::String("x".into()));
+            }
+            let checked = check_table_keys("s", &toml::Value::Table(table));
+            prop_assert_eq!(checked.is_err(), !http.is_empty(), "{:?}", checked);
         }
 
         #[test]

@@ -75,6 +75,23 @@ impl Default for ResourceLimits {
 }
 
 impl ResourceLimits {
+    /// Refuses a limit of zero, which no command can start under (`open_files = 0` leaves it no descriptor to
+    /// load its program with; `cpu_seconds = 0` kills it at once), with the name of the limit.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, value) in [
+            ("cpu_seconds", self.cpu_seconds),
+            ("address_space_bytes", self.address_space_bytes),
+            ("open_files", self.open_files),
+            ("processes", self.processes),
+            ("file_size_bytes", self.file_size_bytes),
+        ] {
+            if value == Some(0) {
+                return Err(format!("limits.{name} must be at least 1 (leave it out for the inherited limit)"));
+            }
+        }
+        Ok(())
+    }
+
     fn pairs(&self) -> Vec<(libc::__rlimit_resource_t, u64)> {
         let mut v = Vec::new();
         let mut add = |r, x: Option<u64>| {
@@ -165,29 +182,13 @@ mod opt_duration {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
         let s: Option<String> = Option::deserialize(d)?;
-        s.map(|s| parse_duration(&s).map_err(serde::de::Error::custom)).transpose()
-    }
-
-    /// Parses `10s`, `500ms`, `2m`, `1h`, or plain seconds.
-    pub fn parse_duration(s: &str) -> Result<Duration, String> {
-        let s = s.trim();
-        let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len()));
-        let n: f64 = num.parse().map_err(|_| format!("invalid duration `{s}` (use e.g. 10s, 500ms, 2m)"))?;
-        let secs = match unit.trim() {
-            "" | "s" => n,
-            "ms" => n / 1000.0,
-            "m" | "min" => n * 60.0,
-            "h" => n * 3600.0,
-            _ => return Err(format!("invalid duration unit in `{s}` (use ms, s, m or h)")),
-        };
-        if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 * 7.0 {
-            return Err(format!("duration `{s}` must be positive and at most a week"));
-        }
-        Ok(Duration::from_secs_f64(secs))
+        s.map(|s| reins::parse_duration(&s).map_err(serde::de::Error::custom)).transpose()
     }
 }
 
-pub use opt_duration::parse_duration;
+/// Parses a duration by the one rule of the core ([`reins::parse_duration`]): `250ms`, `30s`, `5m`, `1h 30m`, or
+/// plain seconds; at least 1 ms.
+pub use reins::parse_duration;
 
 /// Defaults shared by every preset of a runner.
 #[derive(Clone, Debug)]
@@ -230,6 +231,9 @@ pub enum CommandError {
         /// What is wrong.
         message: String,
     },
+    /// The runner's defaults are invalid (for the operator).
+    #[error("invalid command configuration: {0}")]
+    Config(String),
     /// Two presets share a name.
     #[error("duplicate preset `{0}`")]
     Duplicate(String),
@@ -439,9 +443,16 @@ impl Drop for TempDir {
 impl CommandRunner {
     /// Builds a runner; every preset is checked here (names, programs, schemas, working directories).
     pub fn new(ws: Arc<Workspace>, presets: Vec<Preset>, config: CommandConfig) -> Result<Self, CommandError> {
+        config.limits.validate().map_err(|m| CommandError::Config(format!("[commands] {m}")))?;
+        if config.output_cap == 0 {
+            return Err(CommandError::Config("[commands] output_cap must be positive".into()));
+        }
         let mut map = BTreeMap::new();
         for preset in presets {
             let bad = |m: &str| CommandError::BadPreset { name: preset.name.clone(), message: m.to_owned() };
+            if let Some(limits) = &preset.limits {
+                limits.validate().map_err(|m| bad(&m))?;
+            }
             if !valid_preset_name(&preset.name) {
                 return Err(bad("names start with a letter and use letters, digits, `_`, `-`, `.` (at most 64)"));
             }
@@ -741,9 +752,11 @@ fn env_pattern_matches(pattern: &str, name: &str) -> bool {
     }
 }
 
+/// The reason a command did not start: the system's description of the error (it names no path), so that a
+/// resource limit too small to start under reads "Too many open files", not "uncategorized error".
 fn spawn_message(e: &std::io::Error) -> String {
     match e.raw_os_error() {
-        Some(code) => crate::workspace::io_message(rustix::io::Errno::from_raw_os_error(code)),
+        Some(code) => std::io::Error::from_raw_os_error(code).to_string(),
         None => e.kind().to_string(),
     }
 }
@@ -876,20 +889,43 @@ mod tests {
 
     #[test]
     fn durations() {
+        // The core's rule (tested there); presets read it too.
         assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
-        for bad in ["", "0s", "-1s", "soon", "1x", "1e9h", "NaN"] {
+        for bad in ["", "0s", "-1s", "soon", "1x", "1e9h", "NaN", "1ns"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
     }
 
+    #[test]
+    fn zero_limits_are_refused_by_name() {
+        assert!(ResourceLimits::default().validate().is_ok());
+        let zero = ResourceLimits { open_files: Some(0), ..ResourceLimits::default() };
+        let e = zero.validate().unwrap_err();
+        assert!(e.contains("open_files must be at least 1"), "{e}");
+    }
+
     proptest! {
+        #[test]
+        fn limits_are_valid_exactly_when_none_is_zero(
+            values in proptest::collection::vec(proptest::option::of(0u64..4), 5),
+        ) {
+            let l = ResourceLimits {
+                cpu_seconds: values[0],
+                address_space_bytes: values[1],
+                open_files: values[2],
+                processes: values[3],
+                file_size_bytes: values[4],
+            };
+            prop_assert_eq!(l.validate().is_ok(), !values.contains(&Some(0)));
+        }
+
         #[test]
         fn parse_duration_never_panics_and_bounds(s in "\\PC{0,12}") {
             if let Ok(d) = parse_duration(&s) {
-                prop_assert!(d > Duration::ZERO && d <= Duration::from_secs(7 * 86_400));
+                prop_assert!(d >= reins::MIN_DURATION);
             }
         }
 

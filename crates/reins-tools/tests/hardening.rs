@@ -361,3 +361,26 @@ fn a_symlinked_search_path_is_refused_without_a_walk() {
         assert!(r.matches.iter().all(|m| !m.text.contains("outside")), "{r:?}");
     }
 }
+
+#[tokio::test]
+async fn a_zero_resource_limit_is_refused_when_the_runner_is_built_with_its_name() {
+    let fx = fixture();
+    let ws = own_list(&fx.root);
+    let zero = reins_tools::ResourceLimits { open_files: Some(0), ..Default::default() };
+    let mut preset = sh("x", "true");
+    preset.limits = Some(zero);
+    let err = CommandRunner::new(ws.clone(), vec![preset], CommandConfig::default()).err().expect("refused");
+    assert!(err.to_string().contains("open_files must be at least 1"), "{err}");
+    let config = CommandConfig { limits: zero, ..Default::default() };
+    let err = CommandRunner::new(ws.clone(), vec![sh("x", "true")], config).err().expect("refused");
+    assert!(err.to_string().contains("[commands] limits.open_files must be at least 1"), "{err}");
+    // A limit too small to start under (but not zero) says why, not "uncategorized error".
+    let mut preset = sh("x", "true");
+    preset.limits = Some(reins_tools::ResourceLimits { open_files: Some(1), ..Default::default() });
+    let r = CommandRunner::new(ws, vec![preset], CommandConfig { sandbox: SandboxMode::Off, ..Default::default() })
+        .expect("runner");
+    match r.run("x", &[], &CancellationToken::new()).await {
+        Err(e) => assert!(!e.to_string().contains("uncategorized"), "{e}"),
+        Ok(out) => assert!(!out.render().contains("uncategorized"), "{}", out.render()),
+    }
+}

@@ -46,7 +46,7 @@ pub use engine::driver::{Agent, AgentBuilder};
 pub use engine::state::{Action, Admission, Batch, CallResult, Plan, PlannedCall, RunState};
 pub use events::{EVENT_VERSION, Event, EventKind, Observer, ObserverError};
 pub use journal::{Journal, JournalError, RunJournal};
-pub use limits::{ConfigError, Limits};
+pub use limits::{ConfigError, DurationError, Limits, MIN_DURATION, parse_duration};
 pub use message::{Message, ToolCall, ToolResult};
 pub use model::{Conversation, Delta, DeltaSink, FinishReason, Model, ModelError, ModelRequest, ModelResponse};
 pub use outcome::{Outcome, Status};

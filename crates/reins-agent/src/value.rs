@@ -142,18 +142,12 @@ impl<'de> Deserialize<'de> for Count {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Dur(pub Duration);
 
-/// Parses a duration of a definition: the forms of `reins_tools::parse_duration` (`10s`, `1.5s`, `500ms`, `2m`,
-/// `1h`, plain seconds) or of `humantime` (`1h 30m`, `2days`); zero is refused.
+/// Parses a duration of a definition by the core's one rule ([`reins::parse_duration`]): `10s`, `1.5s`, `500ms`,
+/// `2m`, `1h 30m`, `2days`, plain seconds; at least 1 ms.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = match reins_tools::parse_duration(s) {
-        Ok(d) => d,
-        Err(_) => humantime::parse_duration(s.trim())
-            .map_err(|_| format!("expected a duration such as \"30s\", \"250ms\" or \"5m\", not {s:?}"))?,
-    };
-    if d.is_zero() {
-        return Err(format!("expected a duration longer than zero, not {s:?}"));
-    }
-    Ok(d)
+    reins::parse_duration(s).map_err(|_| {
+        format!("expected a duration such as \"30s\", \"250ms\" or \"5m\", longer than zero (at least 1ms), not {s:?}")
+    })
 }
 
 impl fmt::Display for Dur {

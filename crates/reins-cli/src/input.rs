@@ -10,6 +10,9 @@ use std::path::Path;
 pub const MAX_SCRIPT_BYTES: u64 = 64 << 20;
 /// The largest config file (`--config FILE`): 1 MiB.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+/// The largest prompt (`--prompt-file FILE`, or `-` for standard input) and instructions file
+/// (`--instructions-file FILE`): 1 MiB.
+pub const MAX_PROMPT_BYTES: u64 = 1 << 20;
 
 /// Reads the UTF-8 text of the regular file `path`, refusing anything else and anything over `cap` bytes.
 /// The error says why, without the path (the caller names the file).
@@ -29,10 +32,15 @@ pub fn read_text(path: &Path, cap: u64) -> Result<String, String> {
     if meta.len() > cap {
         return Err(too_big());
     }
+    read_capped(file, cap)
+}
+
+/// Reads `input` (standard input, a file) to its end as UTF-8 text, refusing more than `cap` bytes.
+pub fn read_capped(input: impl std::io::Read, cap: u64) -> Result<String, String> {
     let mut bytes = Vec::new();
-    file.take(cap.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    input.take(cap.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| e.to_string())?;
     if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > cap {
-        return Err(too_big());
+        return Err(format!("larger than {} MiB", cap >> 20));
     }
     String::from_utf8(bytes).map_err(|e| format!("not UTF-8 text ({e})"))
 }
@@ -53,5 +61,23 @@ mod tests {
         assert_eq!(read_text(&big, MAX_SCRIPT_BYTES).map(|t| t.len()), Ok(2 << 20));
         std::fs::write(&big, [0xff, 0xfe]).expect("write");
         assert!(read_text(&big, MAX_CONFIG_BYTES).is_err_and(|e| e.contains("UTF-8")));
+    }
+
+    proptest::proptest! {
+        /// Standard input (or any reader) gives its text whole when it is UTF-8 within the cap, else a clear
+        /// error; never more than the cap is kept.
+        #[test]
+        fn capped_reads_take_all_or_refuse(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64), cap in 0u64..80) {
+            match read_capped(&bytes[..], cap) {
+                Ok(text) => {
+                    proptest::prop_assert!(bytes.len() as u64 <= cap);
+                    proptest::prop_assert_eq!(text.as_bytes(), &bytes[..]);
+                }
+                Err(e) => proptest::prop_assert!(
+                    (bytes.len() as u64 > cap && e.starts_with("larger than")) || std::str::from_utf8(&bytes).is_err(),
+                    "{}", e
+                ),
+            }
+        }
     }
 }

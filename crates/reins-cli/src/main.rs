@@ -38,6 +38,7 @@ macro_rules! errln {
 mod demo;
 mod exit;
 mod input;
+mod instructions_cli;
 mod mcp_cli;
 mod models;
 mod output;

@@ -15,8 +15,8 @@ use crate::{render, test_tools};
 /// Flags of `reins run`.
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The prompt (with --resume: the follow-up prompt, optional).
-    #[arg(required_unless_present = "resume")]
+    /// The prompt (with --resume: the follow-up prompt, optional); `-` reads it from standard input.
+    #[arg(required_unless_present_any = ["resume", "prompt_file"])]
     pub prompt: Option<String>,
     /// The model, as PROVIDER:NAME. `script:FILE.json` replays a script file (see the README).
     #[arg(long)]
@@ -64,6 +64,9 @@ pub struct RunArgs {
     /// Writes the whole outcome, transcript included, as JSON to this file.
     #[arg(long)]
     pub output: Option<PathBuf>,
+    /// Instructions and where the prompt comes from.
+    #[command(flatten)]
+    pub instructions: crate::instructions_cli::InstructionFlags,
     /// Workspace tools and command presets.
     #[command(flatten)]
     pub tools: crate::tools_cli::ToolFlags,
@@ -97,7 +100,9 @@ fn build_agent(args: &RunArgs, mcp: Option<&Arc<reins_mcp::McpTools>>) -> Result
     if args.test_tools {
         tools.extend(test_tools::tools());
     }
-    tools.extend(crate::tools_cli::build_tools(&args.tools)?);
+    let workspace_tools = crate::tools_cli::build_workspace_tools(&args.tools)?;
+    let instructions = crate::instructions_cli::instructions(&args.instructions, &workspace_tools)?;
+    tools.extend(workspace_tools.tools);
     let tool_source = crate::mcp_cli::tool_source(mcp, &tools)?;
     let registry = Registry::new(tools).map_err(|e| usage(e.to_string()))?;
     let limits = Limits {
@@ -121,6 +126,9 @@ fn build_agent(args: &RunArgs, mcp: Option<&Arc<reins_mcp::McpTools>>) -> Result
     };
     let context = crate::providers_cli::default_context(&args.model, &args.provider, context)?;
     let mut builder = Agent::builder_shared(model).registry(registry).limits(limits).context(context);
+    if let Some(text) = instructions {
+        builder = builder.instructions(text);
+    }
     if let Some(source) = tool_source {
         builder = builder.tool_source(source);
     }
@@ -142,6 +150,8 @@ pub fn write_outcome(path: &PathBuf, outcome: &Outcome) -> anyhow::Result<()> {
 
 /// `reins run`.
 pub async fn run(args: RunArgs) -> Result<u8, CliError> {
+    // Before the signal handlers: a Ctrl-C while the prompt is read from standard input just ends the command.
+    let prompt = crate::instructions_cli::prompt(args.prompt.as_deref(), &args.instructions)?;
     let cancel = CancellationToken::new();
     crate::signals::cancel_on_signals(cancel.clone(), "the run")?;
     // A signal during MCP start-up drops the servers started so far (their process groups are killed) and the
@@ -151,9 +161,9 @@ pub async fn run(args: RunArgs) -> Result<u8, CliError> {
         () = cancel.cancelled() => None,
     };
     let agent = build_agent(&args, mcp.as_ref())?;
-    let outcome = match crate::sessions_cli::resume_state(&args, &agent)? {
+    let outcome = match crate::sessions_cli::resume_state(&args, prompt.as_deref(), &agent)? {
         Some(state) => agent.drive(state, cancel).await,
-        None => agent.run(args.prompt.as_deref().unwrap_or_default(), cancel).await,
+        None => agent.run(prompt.as_deref().unwrap_or_default(), cancel).await,
     };
     crate::mcp_cli::finish(mcp.as_ref()).await;
     if let Some(path) = &args.output {

@@ -191,14 +191,22 @@ pub fn attach(builder: AgentBuilder, args: &RunArgs) -> Result<AgentBuilder, Cli
     Ok(builder.journal(journal))
 }
 
-/// For `reins run --resume ID [FOLLOW-UP]`: the rebuilt and reconciled run state.
-pub fn resume_state(args: &RunArgs, agent: &reins::Agent) -> Result<Option<RunState>, CliError> {
+/// For `reins run --resume ID [FOLLOW-UP]`: the rebuilt and reconciled run state. It keeps the
+/// instructions the session's last run recorded, unless this command gives some (a workspace preamble,
+/// `AGENTS.md`, `--instructions`), which replace them.
+pub fn resume_state(
+    args: &RunArgs,
+    follow_up: Option<&str>,
+    agent: &reins::Agent,
+) -> Result<Option<RunState>, CliError> {
     let Some(id) = &args.store.resume else {
         return Ok(None);
     };
     let session = open(args.store.store.as_deref())?.load(id).map_err(store_err)?;
-    let state =
-        session.resume_state(agent.limits().clone(), agent.context(), args.prompt.as_deref()).map_err(store_err)?;
+    let mut state = session.resume_state(agent.limits().clone(), agent.context(), follow_up).map_err(store_err)?;
+    if let Some(text) = agent.instructions() {
+        state.set_instructions(Some(text.into()), agent.context());
+    }
     Ok(Some(state))
 }
 

@@ -103,6 +103,23 @@ fn load_config(path: &Path) -> Result<ToolsConfig, CliError> {
 
 /// The tools the flags ask for (none without a workspace).
 pub fn build_tools(flags: &ToolFlags) -> Result<Vec<Arc<dyn Tool>>, CliError> {
+    build_workspace_tools(flags).map(|w| w.tools)
+}
+
+/// The workspace tools, with the workspace and the command runner they act through (for the preamble
+/// and `AGENTS.md`).
+#[derive(Default)]
+pub struct WorkspaceTools {
+    /// The file tools and `run_command`.
+    pub tools: Vec<Arc<dyn Tool>>,
+    /// The workspace, when there is one.
+    pub workspace: Option<Arc<Workspace>>,
+    /// The command runner, when there are presets.
+    pub runner: Option<Arc<CommandRunner>>,
+}
+
+/// The tools the flags ask for (none without a workspace), with their workspace and command runner.
+pub fn build_workspace_tools(flags: &ToolFlags) -> Result<WorkspaceTools, CliError> {
     let config = match &flags.config {
         Some(p) => load_config(p)?,
         None => ToolsConfig::default(),
@@ -121,7 +138,7 @@ pub fn build_tools(flags: &ToolFlags) -> Result<Vec<Arc<dyn Tool>>, CliError> {
         if !flags.presets.is_empty() || !config.presets.is_empty() {
             return Err(usage("presets need a workspace: pass --workspace DIR (or [workspace] path in the config)"));
         }
-        return Ok(Vec::new());
+        return Ok(WorkspaceTools::default());
     };
     let ws_config = WorkspaceConfig {
         protected: config
@@ -133,6 +150,7 @@ pub fn build_tools(flags: &ToolFlags) -> Result<Vec<Arc<dyn Tool>>, CliError> {
     };
     let ws = Arc::new(Workspace::open_with(&root, ws_config).map_err(|e| usage(e.to_string()))?);
     let mut tools = file_tools(ws.clone());
+    let mut runner = None;
 
     let mut presets = config.presets;
     for spec in &flags.presets {
@@ -165,10 +183,11 @@ pub fn build_tools(flags: &ToolFlags) -> Result<Vec<Arc<dyn Tool>>, CliError> {
         if flags.no_sandbox {
             cmd.sandbox = SandboxMode::Off;
         }
-        let runner = CommandRunner::new(ws, presets, cmd).map_err(|e| usage(e.to_string()))?;
-        tools.push(Arc::new(RunCommand::new(Arc::new(runner))));
+        let r = Arc::new(CommandRunner::new(ws.clone(), presets, cmd).map_err(|e| usage(e.to_string()))?);
+        tools.push(Arc::new(RunCommand::new(r.clone())));
+        runner = Some(r);
     }
-    Ok(tools)
+    Ok(WorkspaceTools { tools, workspace: Some(ws), runner })
 }
 
 /// Flags of `reins sandbox-check`.

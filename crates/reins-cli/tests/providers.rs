@@ -1,58 +1,19 @@
 //! `reins run` with real providers: the real binary against a local HTTP server on 127.0.0.1 that replays
 //! recorded-format responses (the reins-providers fixtures) and captures what it was sent.
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Output;
-use std::sync::mpsc;
-use std::thread;
 
 use serde_json::Value;
 
 mod common;
 
+use common::serve_once;
+
 fn fixture(path: &str) -> String {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../reins-providers/tests/fixtures").join(path);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("fixture {}: {e}", p.display()))
-}
-
-/// Serves one HTTP/1.1 request with `body` (of `content_type`) and sends back the request body it got.
-fn serve_once(content_type: &'static str, body: String) -> (String, mpsc::Receiver<(String, Value)>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let Ok((stream, _)) = listener.accept() else { return };
-        let mut reader = BufReader::new(stream.try_clone().unwrap());
-        let mut request_line = String::new();
-        reader.read_line(&mut request_line).unwrap();
-        let mut length = 0usize;
-        loop {
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            if line.trim().is_empty() {
-                break;
-            }
-            if let Some((k, v)) = line.split_once(':') {
-                if k.eq_ignore_ascii_case("content-length") {
-                    length = v.trim().parse().unwrap();
-                }
-            }
-        }
-        let mut buf = vec![0; length];
-        reader.read_exact(&mut buf).unwrap();
-        let path = request_line.split_whitespace().nth(1).unwrap_or_default().to_owned();
-        let _ = tx.send((path, serde_json::from_slice(&buf).unwrap_or(Value::Null)));
-        let mut stream = stream;
-        let head = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-            body.len()
-        );
-        let _ = stream.write_all(head.as_bytes());
-        let _ = stream.write_all(body.as_bytes());
-    });
-    (format!("http://{addr}"), rx)
 }
 
 fn reins(args: &[&str], envs: &[(&str, &str)]) -> Output {

@@ -3,10 +3,12 @@
 //! Workspace-confined file tools ([`files`]), named command presets run in their own process group with
 //! bounded output, a scrubbed environment and resource limits ([`command`]), and an OS sandbox for those
 //! commands ([`sandbox`]). Every path a model gives is resolved beneath one directory handle by the kernel
-//! ([`workspace`]); errors name only workspace-relative paths.
+//! ([`workspace`]); errors name only workspace-relative paths. [`instructions`] says what a model is told
+//! about its workspace: a built-in preamble and the workspace's `AGENTS.md`.
 
 pub mod command;
 pub mod files;
+pub mod instructions;
 pub mod output;
 pub mod sandbox;
 pub mod search;
@@ -20,6 +22,7 @@ pub use files::{
     EditFile, EditFileArgs, ListDir, ListDirArgs, ReadFile, ReadFileArgs, Search, SearchArgs, WriteFile, WriteFileArgs,
     file_tools,
 };
+pub use instructions::{AGENTS_MD, AgentsMd, DEFAULT_AGENTS_MD_MAX_BYTES, load_agents_md, preamble};
 pub use output::{CappedBuffer, DEFAULT_OUTPUT_CAP};
 pub use sandbox::{
     PreparedSandbox, SandboxError, SandboxMode, SandboxRequest, SandboxSupport, prepare, prepare_with, probe,

@@ -1,0 +1,83 @@
+//! Where a run's instructions and prompt come from: `--instructions`, `--instructions-file`, the built-in
+//! workspace preamble and the workspace's `AGENTS.md` (`--no-agents-md`); the prompt from the command line,
+//! `--prompt-file`, or standard input (`-`). The preamble and the `AGENTS.md` loader live in `reins-tools`;
+//! this module only calls them.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::exit::{CliError, usage};
+use crate::input::{MAX_PROMPT_BYTES, read_capped, read_text};
+use crate::tools_cli::WorkspaceTools;
+
+/// Flags that say what the model is told, and where the prompt comes from.
+#[derive(Args, Debug, Default)]
+pub struct InstructionFlags {
+    /// Instructions (a system prompt) for the model, given after the built-in workspace preamble and
+    /// the workspace's AGENTS.md.
+    #[arg(long, value_name = "TEXT", conflicts_with = "instructions_file")]
+    pub instructions: Option<String>,
+    /// Reads the instructions from FILE (a regular UTF-8 file of at most 1 MiB).
+    #[arg(long, value_name = "FILE")]
+    pub instructions_file: Option<PathBuf>,
+    /// Does not give the model the workspace's AGENTS.md.
+    #[arg(long)]
+    pub no_agents_md: bool,
+    /// Reads the prompt from FILE (a regular UTF-8 file of at most 1 MiB). `-` as the prompt reads it
+    /// from standard input.
+    #[arg(long, value_name = "FILE", conflicts_with = "prompt")]
+    pub prompt_file: Option<PathBuf>,
+}
+
+/// The run's instructions, in order: the built-in preamble (with file tools), the workspace's
+/// `AGENTS.md` (unless `--no-agents-md`; a note on stderr when it was cut or not read), then
+/// `--instructions` or `--instructions-file`. `None` when there is nothing to say.
+pub fn instructions(flags: &InstructionFlags, tools: &WorkspaceTools) -> Result<Option<String>, CliError> {
+    let user = match (&flags.instructions, &flags.instructions_file) {
+        (Some(text), _) => Some(text.clone()),
+        (None, Some(path)) => Some(
+            read_text(path, MAX_PROMPT_BYTES)
+                .map_err(|e| usage(format!("--instructions-file {}: {e}", path.display())))?,
+        ),
+        (None, None) => None,
+    };
+    let (preamble, agents_md) = match &tools.workspace {
+        None => (None, None),
+        Some(ws) => {
+            let preamble = reins_tools::preamble(ws, tools.runner.as_deref());
+            let agents_md = if flags.no_agents_md {
+                None
+            } else {
+                let loaded = reins_tools::load_agents_md(ws, reins_tools::DEFAULT_AGENTS_MD_MAX_BYTES);
+                if let Some(note) = loaded.note() {
+                    errln!("reins: warning: {note}");
+                }
+                loaded.section()
+            };
+            (Some(preamble), agents_md)
+        }
+    };
+    Ok(reins_tools::instructions::join([preamble, agents_md, user]))
+}
+
+/// The prompt: from `--prompt-file`, from standard input when the prompt is `-`, else as given. A prompt
+/// read from a file or standard input must not be empty.
+pub fn prompt(given: Option<&str>, flags: &InstructionFlags) -> Result<Option<String>, CliError> {
+    let (text, source) = match (&flags.prompt_file, given) {
+        (Some(path), _) => (
+            read_text(path, MAX_PROMPT_BYTES).map_err(|e| usage(format!("--prompt-file {}: {e}", path.display())))?,
+            format!("--prompt-file {}", path.display()),
+        ),
+        (None, Some("-")) => (
+            read_capped(std::io::stdin().lock(), MAX_PROMPT_BYTES)
+                .map_err(|e| usage(format!("the prompt from standard input: {e}")))?,
+            "standard input".to_owned(),
+        ),
+        (None, other) => return Ok(other.map(str::to_owned)),
+    };
+    if text.trim().is_empty() {
+        return Err(usage(format!("the prompt from {source} is empty")));
+    }
+    Ok(Some(text))
+}

@@ -317,3 +317,38 @@ async fn a_turn_that_fits_only_without_the_instructions_runs_no_tool() {
     let error = o.error.unwrap();
     assert!(error.contains("newest turn") && error.contains("instructions and tool specs"), "{error}");
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Whatever the instructions, the budget and the turns, every request holds its messages, the
+    /// instructions and the tool specs within the budget, or the run ends `context_limit` first.
+    #[test]
+    fn every_request_fits_the_budget_with_the_instructions_and_the_tool_specs(
+        instructions in "[a-zé ]{0,300}",
+        room in 20u64..1500,
+        texts in proptest::collection::vec(0usize..300, 0..8),
+    ) {
+        let runs = Runs::default();
+        let tools = tools_size(&runs);
+        let budget = tools + room;
+        let mut steps: Vec<reins::ScriptStep> =
+            texts.iter().enumerate().map(|(i, n)| calls(vec![echo_call(&format!("c{i}"), &"y".repeat(*n))]).into()).collect();
+        steps.push(answer("ok").into());
+        let model = Arc::new(ScriptedModel::new(steps));
+        let ctx = ContextConfig { max_context: Some(budget), ..ContextConfig::default() };
+        let agent = agent_with(model.clone(), &runs, Limits::default()).context(ctx).instructions(instructions.clone()).build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let o = rt.block_on(run(&agent));
+        let said = reins::TokenCounter::count(&CharCounter, &instructions);
+        for req in model.requests() {
+            prop_assert_eq!(req.instructions.as_deref().unwrap_or(""), instructions.as_str());
+            let messages: u64 = req.messages.iter().map(|m| reins::transcript::measure(m, &CharCounter)).sum();
+            prop_assert!(messages + said + tools <= budget, "{} + {} + {} > {}", messages, said, tools, budget);
+        }
+        prop_assert!(matches!(o.status, Status::Completed | Status::ContextLimit), "{:?}: {:?}", o.status, o.error);
+        if said + tools + reins::TokenCounter::count(&CharCounter, "do the task") > budget {
+            prop_assert_eq!(model.calls(), 0, "no call when the instructions alone do not fit");
+        }
+    }
+}

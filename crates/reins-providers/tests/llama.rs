@@ -117,6 +117,29 @@ fn tool_request() -> ModelRequest {
     }
 }
 
+/// An agent's instructions reach the real server through each adapter's own slot: the prompt the server
+/// counts grows by them (they are tokenized into the model's prompt, not dropped or refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instructions_reach_the_real_server_through_each_adapter() {
+    let _serial = SERIAL.lock().await;
+    let url = llama_url().await;
+    let rules = "You are a careful assistant. Answer in one short sentence, and never use the word ocean.";
+    for api in APIS {
+        let mut input = Vec::new();
+        for instructions in [None, Some(rules)] {
+            let mut b = Agent::builder(provider(api, &url, false, 1, ToolChoice::Auto));
+            if let Some(text) = instructions {
+                b = b.instructions(text);
+            }
+            let agent = b.build().unwrap();
+            let o = tokio::time::timeout(LIMIT, agent.run("Hi", CancellationToken::new())).await.expect("in time");
+            assert_eq!(o.status, Status::Completed, "{api:?}: {:?}", o.error);
+            input.push(o.usage.input_tokens);
+        }
+        assert!(input[1] >= input[0] + 10, "{api:?}: the server counted the instructions: {input:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamed_tool_calls() {
     let _serial = SERIAL.lock().await;

@@ -31,6 +31,8 @@ pub struct LineGuard<R> {
     line: Vec<u8>,
     /// Bytes of the current line when it is over the limit (being discarded).
     discarded: Option<u64>,
+    /// True once the discarded line was answered with an error.
+    replied: bool,
     scanner: IdScanner,
     /// Bytes ready for the reader, from `pos`.
     ready: Vec<u8>,
@@ -53,6 +55,7 @@ impl<R> LineGuard<R> {
             limit: limit.min(MAX_MESSAGE_BYTES),
             line: Vec::new(),
             discarded: None,
+            replied: false,
             scanner: IdScanner::default(),
             ready: Vec::new(),
             pos: 0,
@@ -82,6 +85,17 @@ impl<R> LineGuard<R> {
                 }
                 None => self.line.extend_from_slice(segment),
             }
+            // A response whose id is known is answered as soon as it is over the limit, not when (if ever) its
+            // line ends.
+            if let Some(size) = self.discarded
+                && !self.replied
+                && self.scanner.is_response
+                && self.scanner.id_complete()
+                && let Some(reply) = self.scanner.error_reply(size, self.limit)
+            {
+                self.ready.extend_from_slice(&reply);
+                self.replied = true;
+            }
             if newline.is_some() {
                 self.end_line();
             }
@@ -91,9 +105,12 @@ impl<R> LineGuard<R> {
     fn end_line(&mut self) {
         match self.discarded.take() {
             Some(size) => {
-                if let Some(reply) = self.scanner.error_reply(size, self.limit) {
+                if !self.replied
+                    && let Some(reply) = self.scanner.error_reply(size, self.limit)
+                {
                     self.ready.extend_from_slice(&reply);
                 }
+                self.replied = false;
                 self.scanner = IdScanner::default();
             }
             None if self.ready.is_empty() => self.ready = std::mem::take(&mut self.line),
@@ -163,6 +180,8 @@ struct IdScanner {
     capture_string: bool,
     id: Option<Vec<u8>>,
     has_method: bool,
+    /// A top-level `result` or `error` key was seen: the message is a response.
+    is_response: bool,
 }
 
 impl IdScanner {
@@ -251,10 +270,18 @@ impl IdScanner {
                 if self.key == b"method" {
                     self.has_method = true;
                 }
+                if self.key == b"result" || self.key == b"error" {
+                    self.is_response = true;
+                }
             }
             b',' if top => self.expect_key = true,
             _ => {}
         }
+    }
+
+    /// True when the id's value was read to its end.
+    fn id_complete(&self) -> bool {
+        self.id.is_some() && self.capture.is_none()
     }
 
     /// The JSON-RPC error response that stands in for a dropped response of `size` bytes, if the message was a
@@ -268,7 +295,7 @@ impl IdScanner {
             return None;
         }
         let message = format!(
-            "the server's answer was dropped: at least {size} bytes, over the {} MiB limit of one MCP message",
+            "the server's answer was dropped: {size} bytes and more, over the {} MiB limit of one MCP message",
             limit / (1024 * 1024)
         );
         let reply = serde_json::json!({
@@ -330,6 +357,11 @@ mod tests {
         let reply: serde_json::Value = serde_json::from_str(lines[1]).expect("json");
         assert_eq!(reply["id"], 2);
         assert!(reply["error"]["message"].as_str().is_some_and(|m| m.contains("limit")), "{reply}");
+        // A response with its id first is answered once it is over the limit, even if its line never ends.
+        let input = format!("{{\"id\":3,\"result\":\"{}", "w".repeat(500)).into_bytes();
+        let out = through(input, 64).await;
+        let reply: serde_json::Value = serde_json::from_slice(&out).expect("one json line");
+        assert_eq!(reply["id"], 3);
         // A notification over the limit is only dropped.
         let input = format!("{{\"method\":\"n\",\"params\":\"{}\"}}\n", "y".repeat(500)).into_bytes();
         assert_eq!(through(input, 64).await, b"");

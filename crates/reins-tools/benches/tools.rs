@@ -8,6 +8,8 @@
 //! - `spawn-true-nosandbox`, `spawn-true-sandbox` (ms): one `run_command` of a preset running `true`, without
 //!   the sandbox and with the required sandbox (Landlock, seccomp, namespaces); the latter is reported as
 //!   unavailable when the host cannot give it.
+//! - `protected-scan-10k` (ms): one `Workspace::protected_scan` of a tree of 10,100 entries (100 directories of 100
+//!   files); a command pays two (before and after), to find protected paths it created.
 //!
 //! Set `REINS_BENCH_QUICK=1` for a fast smoke run.
 
@@ -66,6 +68,20 @@ fn main() {
         });
         emit(id, d.as_secs_f64() * 1e6, "us");
     }
+
+    let tree = tempfile::tempdir().expect("tmp");
+    for d in 0..100 {
+        let dir = tree.path().join(format!("d{d}"));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        for f in 0..100 {
+            std::fs::write(dir.join(format!("f{f}.txt")), "").expect("write");
+        }
+    }
+    let tree_ws = Workspace::open(tree.path()).expect("open");
+    let d = measure(reps, if quick { 3 } else { 20 }, || {
+        black_box(tree_ws.protected_scan(reins_tools::workspace::PROTECTED_SCAN_LIMIT));
+    });
+    emit("protected-scan-10k", d.as_secs_f64() * 1e3, "ms");
 
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let ws = Arc::new(Workspace::open(root).expect("open"));

@@ -27,8 +27,8 @@ pub use output::{CappedBuffer, DEFAULT_OUTPUT_CAP};
 pub use sandbox::{
     PreparedSandbox, SandboxError, SandboxMode, SandboxRequest, SandboxSupport, prepare, prepare_with, probe,
 };
-pub use search::{SearchError, SearchMatch, SearchQuery, SearchReport, search};
+pub use search::{MAX_IGNORE_FILE_BYTES, SearchError, SearchMatch, SearchQuery, SearchReport, search};
 pub use workspace::{
-    DEFAULT_MAX_READ_BYTES, DEFAULT_PROTECTED, DirEntry, EntryKind, Listing, RelPath, Resolver, Workspace,
-    WorkspaceConfig, WorkspaceError, WriteReport, display_name,
+    DEFAULT_MAX_READ_BYTES, DEFAULT_PROTECTED, DirEntry, EntryKind, Listing, MAX_SCAN_DEPTH, PROTECTED_SCAN_LIMIT,
+    ProtectedScan, RelPath, Resolver, Workspace, WorkspaceConfig, WorkspaceError, WriteReport, display_name,
 };

@@ -61,8 +61,23 @@ pub struct Parts {
     pub limits: Limits,
     /// The context rules.
     pub context: ContextConfig,
-    /// The instructions, when the definition has any.
+    /// What the model is told: the workspace preamble, `AGENTS.md` and the definition's instructions.
     pub instructions: Option<String>,
+    /// The definition's own instructions (`instructions`, or the text of `instructions_file`): what a session
+    /// records (the preamble and `AGENTS.md` are made again from the workspace when it is rebuilt).
+    pub own_instructions: Option<String>,
+    /// Notes for the person running the agent (an `AGENTS.md` that was cut or not read).
+    pub notes: Vec<String>,
+}
+
+/// The tools of a definition other than MCP servers', with the workspace and the command runner.
+pub struct WorkspaceTools {
+    /// The test tools, file tools and `run_command`.
+    pub tools: Vec<Arc<dyn Tool>>,
+    /// The workspace, when there is one.
+    pub workspace: Option<Arc<Workspace>>,
+    /// The command runner, when there are presets.
+    pub runner: Option<Arc<CommandRunner>>,
 }
 
 impl std::fmt::Debug for Parts {
@@ -145,7 +160,7 @@ impl AgentDef {
                     .into());
                 }
                 let text = read_bounded(Path::new(file), MAX_SCRIPT_BYTES)
-                    .map_err(|e| invalid(format!("script file {file:?}: {e}")))?;
+                    .map_err(|e| invalid(format!("cannot read script file {file:?}: {e}")))?;
                 let steps = reins::parse_script(&text).map_err(|e| invalid(format!("script file {file:?}: {e}")))?;
                 return Ok((Arc::new(ScriptedModel::new(steps)), None));
             }
@@ -224,6 +239,12 @@ impl AgentDef {
 
     /// The tools other than MCP servers': the test tools, and the file tools and command presets of the workspace.
     pub fn build_tools(&self) -> Result<Vec<Arc<dyn Tool>>, BuildError> {
+        self.build_workspace().map(|w| w.tools)
+    }
+
+    /// The tools other than MCP servers', with the workspace and command runner they act through (which the
+    /// workspace preamble describes).
+    pub fn build_workspace(&self) -> Result<WorkspaceTools, BuildError> {
         let mut tools = Vec::new();
         if self.test_tools == Some(true) {
             tools.extend(crate::test_tools::tools());
@@ -234,7 +255,7 @@ impl AgentDef {
                     "presets need a workspace: pass --workspace DIR (or [workspace] path in the agent file)",
                 ));
             }
-            return Ok(tools);
+            return Ok(WorkspaceTools { tools, workspace: None, runner: None });
         };
         let ws = &self.workspace;
         let ws_config = WorkspaceConfig {
@@ -247,6 +268,7 @@ impl AgentDef {
         };
         let ws = Arc::new(Workspace::open_with(root, ws_config).map_err(|e| invalid(e.to_string()))?);
         tools.extend(reins_tools::file_tools(ws.clone()));
+        let mut runner = None;
         if !self.presets.is_empty() {
             let c = &self.commands;
             let mut cmd = CommandConfig::default();
@@ -263,10 +285,35 @@ impl AgentDef {
                 cmd.limits = limits;
             }
             cmd.sandbox = c.sandbox.unwrap_or(SandboxMode::Required);
-            let runner = CommandRunner::new(ws, self.presets.clone(), cmd).map_err(|e| invalid(e.to_string()))?;
-            tools.push(Arc::new(RunCommand::new(Arc::new(runner))));
+            let r = Arc::new(
+                CommandRunner::new(ws.clone(), self.presets.clone(), cmd).map_err(|e| invalid(e.to_string()))?,
+            );
+            tools.push(Arc::new(RunCommand::new(r.clone())));
+            runner = Some(r);
         }
-        Ok(tools)
+        Ok(WorkspaceTools { tools, workspace: Some(ws), runner })
+    }
+
+    /// What the model is told, in order: the built-in workspace preamble (with file tools), the workspace's
+    /// `AGENTS.md` (unless `workspace.agents_md = false`), then the definition's own instructions; and the notes
+    /// about `AGENTS.md` (cut, or not read) for the person running the agent.
+    pub fn compose_instructions(&self, w: &WorkspaceTools, own: Option<String>) -> (Option<String>, Vec<String>) {
+        let mut notes = Vec::new();
+        let (preamble, agents_md) = match &w.workspace {
+            None => (None, None),
+            Some(ws) => {
+                let preamble = reins_tools::preamble(ws, w.runner.as_deref());
+                let agents_md = if self.workspace.agents_md == Some(false) {
+                    None
+                } else {
+                    let loaded = reins_tools::load_agents_md(ws, reins_tools::DEFAULT_AGENTS_MD_MAX_BYTES);
+                    notes.extend(loaded.note());
+                    loaded.section()
+                };
+                (Some(preamble), agents_md)
+            }
+        };
+        (reins_tools::instructions::join([preamble, agents_md, own]), notes)
     }
 
     /// The MCP servers' configurations, in name order.
@@ -335,7 +382,7 @@ impl AgentDef {
             (Some(t), _) => Ok(Some(t.clone())),
             (None, Some(f)) => read_bounded(f, MAX_INSTRUCTIONS_BYTES)
                 .map(Some)
-                .map_err(|e| invalid(format!("instructions_file: {e}"))),
+                .map_err(|e| invalid(format!("instructions_file: cannot read {}: {e}", f.display()))),
             (None, None) => Ok(None),
         }
     }
@@ -352,17 +399,37 @@ impl AgentDef {
         }
     }
 
-    /// Builds every part, starting the MCP servers.
+    /// Builds every part, starting the MCP servers first.
     pub async fn parts(&self) -> Result<Parts, BuildError> {
         self.validate()?;
         self.check_secrets()?;
+        let mcp = self.start_mcp().await?;
+        self.parts_with(mcp)
+    }
+
+    /// Builds every part but the MCP servers, which the caller started ([`AgentDef::start_mcp`], for example
+    /// raced against a signal). Dropping the result stops them.
+    pub fn parts_with(&self, mcp: Option<Arc<McpTools>>) -> Result<Parts, BuildError> {
+        self.validate()?;
+        self.check_secrets()?;
         let (model, pricing) = self.build_model()?;
-        let tools = self.build_tools()?;
+        let workspace = self.build_workspace()?;
         let limits = self.build_limits();
         let context = self.build_context()?;
-        let instructions = self.instructions_text()?;
-        let mcp = self.start_mcp().await?;
-        Ok(Parts { def: self.clone(), model, pricing, tools, mcp, limits, context, instructions })
+        let own_instructions = self.instructions_text()?;
+        let (instructions, notes) = self.compose_instructions(&workspace, own_instructions.clone());
+        Ok(Parts {
+            def: self.clone(),
+            model,
+            pricing,
+            tools: workspace.tools,
+            mcp,
+            limits,
+            context,
+            instructions,
+            own_instructions,
+            notes,
+        })
     }
 
     /// A ready agent: model, tools, MCP servers, limits, context budget and pricing.
@@ -481,7 +548,7 @@ impl Parts {
 
     /// The session metadata of a run of this agent (model, workspace, prices, and the recorded definition).
     pub fn session_meta(&self) -> reins_store::SessionMeta {
-        let config = self.def.session_config(self.instructions.as_deref());
+        let config = self.def.session_config(self.own_instructions.as_deref());
         reins_store::SessionMeta {
             model: self.def.model.as_ref().map(|m| m.to_string()),
             workspace: config["workspace"].as_str().map(str::to_owned),

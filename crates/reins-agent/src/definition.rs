@@ -390,7 +390,7 @@ impl AgentDef {
             if !(url.starts_with("http://") || url.starts_with("https://")) || url.chars().any(char::is_whitespace) {
                 return Err(DefError::at(
                     "provider.base_url",
-                    format!("expected an http:// or https:// URL, not {url:?}"),
+                    format!("invalid base URL {url:?}: expected an http:// or https:// URL"),
                 ));
             }
         }
@@ -399,6 +399,9 @@ impl AgentDef {
                 return Err(DefError::at(format!("provider.headers.{k}"), "not a valid HTTP header"));
             }
         }
+        if let Some(limits) = &self.commands.limits {
+            limits.validate().map_err(|m| DefError::at("commands", m))?;
+        }
         if let Some(extra) = &p.extra_body {
             check_no_null(&serde_json::Value::Object(extra.clone()), "provider.extra_body")?;
         }
@@ -406,6 +409,9 @@ impl AgentDef {
         for (i, preset) in self.presets.iter().enumerate() {
             if !names.insert(preset.name.as_str()) {
                 return Err(DefError::at(format!("presets[{i}].name"), format!("duplicate preset {:?}", preset.name)));
+            }
+            if let Some(limits) = &preset.limits {
+                limits.validate().map_err(|m| DefError::at(format!("presets[{i}]"), m))?;
             }
             if let Some(schema) = &preset.arg_schema {
                 check_no_null(schema, &format!("presets[{i}].arg_schema"))?;

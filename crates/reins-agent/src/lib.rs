@@ -27,7 +27,7 @@ mod load;
 mod test_tools;
 mod value;
 
-pub use assemble::{BuildOptions, Built, Parts, Pricing};
+pub use assemble::{BuildOptions, Built, Parts, Pricing, WorkspaceTools};
 pub use definition::{
     AgentDef, CommandsDef, ContextDef, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOOL_RESULT_CHARS, LimitsDef, McpServerDef,
     ProviderDef, REDACTED, WorkspaceDef, parse_preset,

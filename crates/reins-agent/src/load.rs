@@ -20,27 +20,35 @@ pub const MAX_INSTRUCTIONS_BYTES: u64 = 1 << 20;
 pub const MAX_SCRIPT_BYTES: u64 = 64 << 20;
 
 /// Reads a UTF-8 text file of at most `max` bytes. Only a regular file is read: a directory, FIFO, device
-/// or socket is refused without blocking (it is opened non-blocking and checked before any read).
+/// or socket is refused without blocking (it is opened non-blocking and checked before any read). The error
+/// says why without naming the file (the caller does).
 pub fn read_bounded(path: &Path, max: u64) -> Result<String, String> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
         .open(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let meta = file.metadata().map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        .map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
     if !meta.is_file() {
-        return Err(format!("cannot read {}: not a regular file", path.display()));
+        return Err("not a regular file".into());
     }
+    let too_big = || {
+        if max >= 1 << 20 && max % (1 << 20) == 0 {
+            format!("larger than {} MiB", max >> 20)
+        } else {
+            format!("larger than {max} bytes")
+        }
+    };
     if meta.len() > max {
-        return Err(format!("{} is too large ({} bytes; at most {max})", path.display(), meta.len()));
+        return Err(too_big());
     }
     let mut bytes = Vec::new();
-    file.take(max + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if bytes.len() as u64 > max {
-        return Err(format!("{} is too large (more than {max} bytes)", path.display()));
+    file.take(max.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > max {
+        return Err(too_big());
     }
-    String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8 text", path.display()))
+    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".into())
 }
 
 /// Turns a path-tracking deserialization error into a [`DefError`] naming the key.
@@ -92,11 +100,13 @@ fn syntax(e: &toml::de::Error, text: &str) -> String {
 }
 
 /// Reads the agent file at `path` (relative paths in it become relative to its directory).
+/// A file that cannot be read is `cannot read config FILE: why`; one that is not valid is `invalid config FILE:
+/// key.path: why` (an agent file is what `--config` always named).
 pub fn agent_file(path: &Path) -> Result<AgentDef, DefError> {
-    let source = format!("agent file {}", path.display());
-    let text = read_bounded(path, MAX_DEFINITION_BYTES).map_err(|e| DefError::whole(e).within(source.clone()))?;
+    let text = read_bounded(path, MAX_DEFINITION_BYTES)
+        .map_err(|e| DefError::whole(e).within(format!("cannot read config {}", path.display())))?;
     let base = path.parent().map(absolute).unwrap_or_else(|| absolute(Path::new(".")));
-    AgentDef::from_toml(&text, &base).map_err(|e| e.within(source))
+    AgentDef::from_toml(&text, &base).map_err(|e| e.within(format!("invalid config {}", path.display())))
 }
 
 /// The agent file at `path` as a layer.
@@ -133,14 +143,14 @@ pub struct UserConfig {
 impl UserConfig {
     /// Reads the user config at `path`; a file that does not exist is an empty config.
     pub fn read(path: &Path) -> Result<UserConfig, DefError> {
-        let source = format!("user config {}", path.display());
         let text = match std::fs::symlink_metadata(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Ok(UserConfig { path: path.to_path_buf(), ..UserConfig::default() });
             }
-            _ => read_bounded(path, MAX_DEFINITION_BYTES).map_err(|e| DefError::whole(e).within(source.clone()))?,
+            _ => read_bounded(path, MAX_DEFINITION_BYTES)
+                .map_err(|e| DefError::whole(e).within(format!("cannot read the user config {}", path.display())))?,
         };
-        UserConfig::parse(&text, path).map_err(|e| e.within(source))
+        UserConfig::parse(&text, path).map_err(|e| e.within(format!("invalid user config {}", path.display())))
     }
 
     /// Parses a user config's text (`path` names it and anchors its relative paths).

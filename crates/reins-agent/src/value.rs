@@ -142,17 +142,22 @@ impl<'de> Deserialize<'de> for Count {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Dur(pub Duration);
 
-/// Parses a duration of a definition by the core's one rule ([`reins::parse_duration`]): `10s`, `1.5s`, `500ms`,
-/// `2m`, `1h 30m`, `2days`, plain seconds; at least 1 ms.
+/// Parses a duration of a definition with the core's one rule ([`reins::parse_duration`]): `"30s"`, `"250ms"`,
+/// `"1.5s"`, `"5m"`, `"1h 30m"`, plain seconds; at least 1 ms.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    reins::parse_duration(s).map_err(|_| {
-        format!("expected a duration such as \"30s\", \"250ms\" or \"5m\", longer than zero (at least 1ms), not {s:?}")
-    })
+    reins::parse_duration(s).map_err(|e| e.to_string())
 }
 
 impl fmt::Display for Dur {
+    /// `1h 30m` form, or exact decimal seconds (`1.0001s`) when the duration has a part below a millisecond (which
+    /// no unit of the rule can write).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", humantime::format_duration(self.0))
+        let nanos = self.0.subsec_nanos();
+        if nanos % 1_000_000 == 0 {
+            return write!(f, "{}", humantime::format_duration(self.0));
+        }
+        let fraction = format!("{nanos:09}");
+        write!(f, "{}.{}s", self.0.as_secs(), fraction.trim_end_matches('0'))
     }
 }
 
@@ -353,12 +358,14 @@ mod tests {
             ("10", Duration::from_secs(10)),
             ("1h 30m", Duration::from_secs(5400)),
             ("250ms", Duration::from_millis(250)),
+            ("1.0001s", Duration::from_micros(1_000_100)),
+            ("2 months", Duration::from_secs(2 * 2_630_016)),
         ] {
             let d: Dur = text.parse().unwrap();
             assert_eq!(d.0, want, "{text}");
             assert_eq!(d.to_string().parse::<Dur>().unwrap(), d, "{text}");
         }
-        for bad in ["0s", "soon", "", "-1s"] {
+        for bad in ["0s", "soon", "", "-1s", "1ns"] {
             assert!(bad.parse::<Dur>().is_err(), "{bad}");
         }
     }

@@ -74,8 +74,11 @@ fn bad_values_name_their_path_and_what_was_expected() {
         ("[limits]\nmax_steps = -3\n", "limits.max_steps", "expected a positive integer"),
         ("[limits]\nmax_steps = \"ten\"\n", "limits.max_steps", "expected a positive integer"),
         ("[limits]\nmax_tool_calls = -1\n", "limits.max_tool_calls", "expected a non-negative integer"),
-        ("[limits]\ntimeout = \"soon\"\n", "limits.timeout", "expected a duration"),
-        ("[limits]\ntimeout = \"0s\"\n", "limits.timeout", "longer than zero"),
+        ("[limits]\ntimeout = \"soon\"\n", "limits.timeout", "invalid duration \"soon\""),
+        ("[limits]\ntimeout = \"0s\"\n", "limits.timeout", "invalid duration \"0s\""),
+        ("[limits]\ntimeout = \"1ns\"\n", "limits.timeout", "smallest unit is ms"),
+        ("[commands.limits]\nopen_files = 0\n", "commands", "limits.open_files must be at least 1"),
+        ("[[presets]]\nname = \"x\"\nprogram = \"y\"\nlimits = { cpu_seconds = 0 }\n", "presets[0]", "cpu_seconds"),
         ("[limits]\ntool_timeout = 30\n", "limits.tool_timeout", "expected a duration"),
         ("model = \"gpt-4o\"\n", "model", "expected PROVIDER:NAME"),
         ("model = \"mystery:x\"\n", "model", "unknown provider"),
@@ -99,7 +102,7 @@ fn bad_values_name_their_path_and_what_was_expected() {
         ("[mcp.fs]\ncommand = \"x\"\nurl = \"http://h/\"\n", "mcp.fs", "not both"),
         ("[mcp.\"bad name\"]\ncommand = \"x\"\n", "mcp.bad name", "invalid MCP server name"),
         ("[mcp.web]\nurl = \"http://h/mcp\"\ncwd = \".\"\n", "mcp.web", "for a `command`"),
-        ("[mcp.fs]\ncommand = \"x\"\ncall_timeout = \"0s\"\n", "mcp.fs.call_timeout", "longer than zero"),
+        ("[mcp.fs]\ncommand = \"x\"\ncall_timeout = \"0s\"\n", "mcp.fs.call_timeout", "invalid duration"),
         ("limits = 3\n", "limits", ""),
     ] {
         let e = err(text);
@@ -128,7 +131,7 @@ fn files_are_read_bounded_and_regular_only() {
     let big = dir.path().join("big.toml");
     std::fs::write(&big, "# x\n".repeat(300_000)).unwrap();
     let e = reins_agent::agent_file(&big).unwrap_err();
-    assert!(e.to_string().contains("too large"), "{e}");
+    assert!(e.to_string().contains("larger than 1 MiB"), "{e}");
     // A good file: its relative paths are relative to it, wherever the process runs.
     let file = dir.path().join("a.toml");
     std::fs::write(&file, "model = \"script:turns.json\"\ninstructions_file = \"prompt.md\"\n").unwrap();
@@ -136,7 +139,10 @@ fn files_are_read_bounded_and_regular_only() {
     assert_eq!(def.model.unwrap().as_str(), format!("script:{}", dir.path().join("turns.json").display()));
     assert_eq!(def.instructions_file.unwrap(), dir.path().join("prompt.md"));
     let e = reins_agent::agent_file(&dir.path().join("missing.toml")).unwrap_err();
-    assert!(e.to_string().starts_with("agent file ") && e.to_string().contains("missing.toml"), "{e}");
+    assert!(e.to_string().starts_with("cannot read config ") && e.to_string().contains("missing.toml"), "{e}");
+    std::fs::write(&file, "[limits]\nmax_steps = 0\n").unwrap();
+    let e = reins_agent::agent_file(&file).unwrap_err().to_string();
+    assert_eq!(e, format!("invalid config {}: limits.max_steps: expected a positive integer, not 0", file.display()));
 }
 
 fn layer(origin: Origin, text: &str) -> Layer {

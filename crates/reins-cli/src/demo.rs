@@ -7,7 +7,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::exit::{CliError, code_for};
-use crate::{render, test_tools};
+use crate::render;
 
 fn call(id: &str, name: &str, args: serde_json::Value) -> ToolCall {
     ToolCall::new(id, name, args)
@@ -82,7 +82,7 @@ pub async fn demo() -> Result<u8, CliError> {
     outln!("reins demo — a scripted model proposes; Reins validates, runs, bounds and records.\n");
     let model = Arc::new(ScriptedModel::new(script()));
     let workspace = tempfile::tempdir().map_err(|e| CliError::Internal(e.into()))?;
-    let mut tools = test_tools::tools();
+    let mut tools = reins_agent::test_tools();
     tools.extend(workspace_tools(workspace.path())?);
     let registry = Registry::new(tools).map_err(|e| CliError::Internal(e.into()))?;
     let agent = Agent::builder_shared(model.clone())

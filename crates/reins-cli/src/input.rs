@@ -1,4 +1,5 @@
-//! Files named on the command line (the script, the config): regular files only, opened without blocking on a
+//! Files named on the command line (the prompt file, standard input; the script and the agent file are read by
+//! `reins-agent` the same way): regular files only, opened without blocking on a
 //! FIFO, and read up to a cap, so that `/dev/zero`, a FIFO or a huge file is refused at once instead of growing
 //! the process or hanging it.
 
@@ -6,9 +7,12 @@ use std::io::Read as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
-/// The largest script file (`--model script:FILE`): 64 MiB.
+/// The largest script file (`--model script:FILE`): 64 MiB (the script and the agent file are read by
+/// `reins-agent` with the same caps; these stay for the tests of `read_text`).
+#[cfg(test)]
 pub const MAX_SCRIPT_BYTES: u64 = 64 << 20;
 /// The largest config file (`--config FILE`): 1 MiB.
+#[cfg(test)]
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// The largest prompt (`--prompt-file FILE`, or `-` for standard input) and instructions file
 /// (`--instructions-file FILE`): 1 MiB.

@@ -1,7 +1,7 @@
-//! Where a run's instructions and prompt come from: `--instructions`, `--instructions-file`, the built-in
-//! workspace preamble and the workspace's `AGENTS.md` (`--no-agents-md`); the prompt from the command line,
-//! `--prompt-file`, or standard input (`-`). The preamble and the `AGENTS.md` loader live in `reins-tools`;
-//! this module only calls them.
+//! Where a run's instructions and prompt come from: `--instructions`, `--instructions-file` and
+//! `--no-agents-md` (keys of the agent definition, `instructions`, `instructions_file` and
+//! `workspace.agents_md`: `reins-agent` puts the built-in workspace preamble, the workspace's `AGENTS.md` and
+//! them together); the prompt from the command line, `--prompt-file`, or standard input (`-`).
 
 use std::path::PathBuf;
 
@@ -9,7 +9,6 @@ use clap::Args;
 
 use crate::exit::{CliError, usage};
 use crate::input::{MAX_PROMPT_BYTES, read_capped, read_text};
-use crate::tools_cli::WorkspaceTools;
 
 /// Flags that say what the model is told, and where the prompt comes from.
 #[derive(Args, Debug, Default)]
@@ -28,37 +27,6 @@ pub struct InstructionFlags {
     /// from standard input.
     #[arg(long, value_name = "FILE", conflicts_with = "prompt")]
     pub prompt_file: Option<PathBuf>,
-}
-
-/// The run's instructions, in order: the built-in preamble (with file tools), the workspace's
-/// `AGENTS.md` (unless `--no-agents-md`; a note on stderr when it was cut or not read), then
-/// `--instructions` or `--instructions-file`. `None` when there is nothing to say.
-pub fn instructions(flags: &InstructionFlags, tools: &WorkspaceTools) -> Result<Option<String>, CliError> {
-    let user = match (&flags.instructions, &flags.instructions_file) {
-        (Some(text), _) => Some(text.clone()),
-        (None, Some(path)) => Some(
-            read_text(path, MAX_PROMPT_BYTES)
-                .map_err(|e| usage(format!("--instructions-file {}: {e}", path.display())))?,
-        ),
-        (None, None) => None,
-    };
-    let (preamble, agents_md) = match &tools.workspace {
-        None => (None, None),
-        Some(ws) => {
-            let preamble = reins_tools::preamble(ws, tools.runner.as_deref());
-            let agents_md = if flags.no_agents_md {
-                None
-            } else {
-                let loaded = reins_tools::load_agents_md(ws, reins_tools::DEFAULT_AGENTS_MD_MAX_BYTES);
-                if let Some(note) = loaded.note() {
-                    errln!("reins: warning: {note}");
-                }
-                loaded.section()
-            };
-            (Some(preamble), agents_md)
-        }
-    };
-    Ok(reins_tools::instructions::join([preamble, agents_md, user]))
 }
 
 /// The prompt: from `--prompt-file`, from standard input when the prompt is `-`, else as given. A prompt

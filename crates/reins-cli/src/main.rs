@@ -35,28 +35,30 @@ macro_rules! errln {
     };
 }
 
+mod agent_cli;
 mod demo;
 mod exit;
 mod input;
 mod instructions_cli;
 mod mcp_cli;
-mod models;
 mod output;
 mod providers_cli;
 mod render;
 mod run;
 mod sessions_cli;
 mod signals;
-mod test_tools;
 mod tools_cli;
 
 use clap::{Parser, Subcommand};
 
 use crate::exit::{CliError, EXIT_CODES_HELP};
 
+/// `reins --version`: the version and the commit it was built from (`unknown` outside a git checkout).
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("REINS_GIT_COMMIT"), ")");
+
 /// Reins: a vendor-neutral agent harness. The model proposes; the harness disposes.
 #[derive(Parser, Debug)]
-#[command(name = "reins", version, about, after_help = EXIT_CODES_HELP)]
+#[command(name = "reins", version = VERSION, about, after_help = EXIT_CODES_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -78,6 +80,8 @@ enum Command {
     SandboxCheck(tools_cli::SandboxCheckArgs),
     /// MCP servers: `reins mcp list` starts each configured server and shows its tools.
     Mcp(mcp_cli::McpArgs),
+    /// The agent definition: `reins config show` prints the resolved agent and where each value came from.
+    Config(agent_cli::ConfigArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -101,6 +105,7 @@ fn main() -> std::process::ExitCode {
             Command::Replay(args) => sessions_cli::replay(args).await,
             Command::SandboxCheck(args) => tools_cli::sandbox_check(&args),
             Command::Mcp(args) => mcp_cli::mcp(args).await,
+            Command::Config(args) => agent_cli::config(args),
         }
     });
     // Every way out (a run that ended, an error): the stores are closed, their logs checkpointed.

@@ -1,12 +1,10 @@
-//! MCP servers on the command line: `--mcp NAME=COMMAND [ARGS...]` / `--mcp NAME=URL`, `[mcp.NAME]` tables
-//! in the `--config` file, and `reins mcp list`.
+//! MCP servers on the command line: `--mcp NAME=COMMAND [ARGS...]` / `--mcp NAME=URL` (keys of the agent
+//! definition, over the `[mcp.NAME]` tables of the agent file: see `agent_cli`), and `reins mcp list`.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
-use reins::{Tool, ToolSource};
-use reins_mcp::{McpServer, McpToolSource, McpTools, ServerConfig, Transport, make_tools};
+use reins_mcp::{McpServer, McpTools, ServerConfig, Transport, make_tools};
 
 use crate::exit::{CliError, usage};
 
@@ -19,66 +17,6 @@ pub struct McpFlags {
     /// [mcp.NAME] table of the same name in --config.
     #[arg(long = "mcp", value_name = "NAME=COMMAND ARG...|NAME=URL")]
     pub servers: Vec<String>,
-}
-
-/// The servers configured by the `[mcp.NAME]` tables of `config_file` and by `--mcp`, in that order.
-pub fn configs(flags: &McpFlags, config_file: Option<&Path>) -> Result<Vec<ServerConfig>, CliError> {
-    let mut servers = match config_file {
-        Some(path) => from_file(path)?,
-        None => Vec::new(),
-    };
-    for spec in &flags.servers {
-        let config = ServerConfig::parse_spec(spec).map_err(|e| usage(format!("--mcp: {e}")))?;
-        servers.retain(|s| s.name != config.name);
-        servers.push(config);
-    }
-    Ok(servers)
-}
-
-/// The `[mcp.NAME]` tables of a TOML config file (other keys are left to their own readers). A relative
-/// `cwd` is taken relative to the file.
-fn from_file(path: &Path) -> Result<Vec<ServerConfig>, CliError> {
-    let text = crate::input::read_text(path, crate::input::MAX_CONFIG_BYTES)
-        .map_err(|e| usage(format!("cannot read config {}: {e}", path.display())))?;
-    let doc: toml::Table =
-        toml::from_str(&text).map_err(|e| usage(format!("invalid config {}: {e}", path.display())))?;
-    let Some(mcp) = doc.get("mcp") else {
-        return Ok(Vec::new());
-    };
-    let mut servers =
-        ServerConfig::from_toml_tables(mcp).map_err(|e| usage(format!("invalid config {}: {e}", path.display())))?;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    for s in &mut servers {
-        if let Transport::Stdio { cwd: Some(cwd), .. } = &mut s.transport {
-            if cwd.is_relative() {
-                *cwd = dir.join(&*cwd);
-            }
-        }
-    }
-    Ok(servers)
-}
-
-/// Starts the configured servers (none configured: `None`). A server that does not start is bad input.
-pub async fn start(flags: &McpFlags, config_file: Option<&Path>) -> Result<Option<Arc<McpTools>>, CliError> {
-    let configs = configs(flags, config_file)?;
-    if configs.is_empty() {
-        return Ok(None);
-    }
-    let tools = McpTools::start(configs).await.map_err(|e| usage(e.to_string()))?;
-    Ok(Some(Arc::new(tools)))
-}
-
-/// The tool source of a run: `others` plus the servers' tools, refreshed between steps when a server
-/// announces new tools. `None` without servers.
-pub fn tool_source(
-    mcp: Option<&Arc<McpTools>>,
-    others: &[Arc<dyn Tool>],
-) -> Result<Option<Arc<dyn ToolSource>>, CliError> {
-    let Some(mcp) = mcp else {
-        return Ok(None);
-    };
-    let source = McpToolSource::new(Arc::clone(mcp), others.to_vec()).map_err(|e| usage(e.to_string()))?;
-    Ok(Some(Arc::new(source)))
 }
 
 /// After a run: warns on stderr about tool refreshes that failed between steps, then shuts the servers down.
@@ -111,9 +49,10 @@ enum McpCommand {
 struct McpListArgs {
     #[command(flatten)]
     flags: McpFlags,
-    /// A TOML file whose [mcp.NAME] tables configure servers (the same file as `reins run --config`).
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
+    /// An agent file whose [mcp.NAME] tables configure servers (the same file as `reins run --agent`); the
+    /// user config and its --profile apply too.
+    #[command(flatten)]
+    agent_file: crate::agent_cli::AgentFileFlags,
     /// Prints one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -139,12 +78,30 @@ pub async fn mcp(args: McpArgs) -> Result<u8, CliError> {
     }
 }
 
+/// The servers of the user config, the agent file and `--mcp`, resolved as `reins run` resolves them.
+fn configs(args: &McpListArgs) -> Result<Vec<ServerConfig>, CliError> {
+    let mut layers = Vec::new();
+    if let Some(path) = reins_agent::user_config_path() {
+        let user = reins_agent::UserConfig::read(&path).map_err(crate::agent_cli::def_err)?;
+        layers.extend(user.layers(args.agent_file.profile.as_deref()).map_err(crate::agent_cli::def_err)?);
+    }
+    if let Some(path) = &args.agent_file.agent {
+        layers.push(reins_agent::agent_file_layer(path).map_err(crate::agent_cli::def_err)?);
+    }
+    let mut flags = reins_agent::AgentDef::default();
+    for spec in &args.flags.servers {
+        let (name, server) = reins_agent::McpServerDef::from_spec(spec).map_err(|e| usage(format!("--mcp: {e}")))?;
+        flags.mcp.insert(name, server);
+    }
+    layers.push(reins_agent::Layer::new(reins_agent::Origin::Flag, flags));
+    let resolved = reins_agent::resolve(&layers).map_err(crate::agent_cli::def_err)?;
+    resolved.def.mcp_configs().map_err(crate::agent_cli::def_err)
+}
+
 async fn mcp_list(args: McpListArgs) -> Result<u8, CliError> {
-    let configs = configs(&args.flags, args.config.as_deref())?;
+    let configs = configs(&args)?;
     if configs.is_empty() {
-        return Err(usage(
-            "no MCP servers configured: pass --mcp NAME=COMMAND or --config FILE with [mcp.NAME] tables",
-        ));
+        return Err(usage("no MCP servers configured: pass --mcp NAME=COMMAND or --agent FILE with [mcp.NAME] tables"));
     }
     let cancel = tokio_util::sync::CancellationToken::new();
     crate::signals::cancel_on_signals(cancel.clone(), "mcp list")?;
@@ -228,37 +185,4 @@ fn render(r: &ServerReport) -> String {
         out.push_str(&format!("{}: did not start; {}\n  {error}\n", r.name, r.transport));
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn flags_add_to_and_replace_config_file_servers() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let file = dir.path().join("reins.toml");
-        std::fs::write(
-            &file,
-            "[workspace]\npath = \".\"\n[mcp.fs]\ncommand = \"node\"\nargs = [\"fs.js\"]\ncwd = \"srv\"\n\
-             [mcp.web]\nurl = \"http://127.0.0.1:9/mcp\"\n",
-        )
-        .expect("write");
-        let flags = McpFlags { servers: vec!["web=python3 server.py".into(), "py=python3 -m srv".into()] };
-        let servers = configs(&flags, Some(&file)).expect("configs");
-        let names: Vec<_> = servers.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(names, ["fs", "web", "py"]);
-        assert!(matches!(&servers[0].transport, Transport::Stdio { cwd: Some(c), .. } if *c == dir.path().join("srv")));
-        assert!(matches!(&servers[1].transport, Transport::Stdio { command, .. } if command == "python3"));
-
-        let bad = McpFlags { servers: vec!["a=x".into(), "a=y".into()] };
-        assert!(configs(&bad, None).is_ok(), "a later flag replaces an earlier one");
-        for spec in ["nameless", "bad name=x", "x="] {
-            let flags = McpFlags { servers: vec![spec.into()] };
-            assert!(matches!(configs(&flags, None), Err(CliError::Usage(_))), "{spec}");
-        }
-        std::fs::write(&file, "[mcp.fs]\nargs = []\n").expect("write");
-        let err = configs(&McpFlags::default(), Some(&file));
-        assert!(matches!(&err, Err(CliError::Usage(m)) if m.contains("[mcp.fs]")), "{err:?}");
-    }
 }

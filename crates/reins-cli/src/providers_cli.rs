@@ -1,20 +1,16 @@
 //! Real model providers on `reins run`: `--model openai:MODEL` (Responses API), `openai-chat:MODEL` (Chat
 //! Completions, any compatible server) and `anthropic:MODEL` (Messages), with `--base-url`,
-//! `--max-response-tokens` and `--stream`; the cost of the run next to its usage.
+//! `--max-response-tokens` (keys of the agent definition: `reins-agent` builds the provider) and `--stream`
+//! (deltas on stderr); the cost of the run next to its usage.
 
 use std::io::IsTerminal;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
 use clap::Args;
-use reins::{
-    ContextConfig, Delta, DeltaSink, Event, EventKind, Model, ModelError, ModelRequest, ModelResponse, Outcome,
-    UsageTotals,
-};
-use reins_providers::{Api, Price, Provider, ProviderError};
+use reins::{Delta, DeltaSink, Event, EventKind, Model, ModelError, ModelRequest, ModelResponse, Outcome, UsageTotals};
+use reins_providers::Price;
 use tokio_util::sync::CancellationToken;
-
-use crate::exit::{CliError, usage};
 
 /// Flags for real model providers.
 #[derive(Args, Debug, Default)]
@@ -34,39 +30,19 @@ pub struct ProviderFlags {
 /// The model and price of this run, once a real provider was chosen.
 static PRICED: OnceLock<(String, Option<Price>)> = OnceLock::new();
 
-/// Builds the model named by `spec`: a real provider for `openai:`, `openai-chat:` and `anthropic:`,
-/// anything else as before.
-pub fn build_model(spec: &str, flags: &ProviderFlags) -> Result<Arc<dyn Model>, CliError> {
-    let provider = spec.split_once(':').map(|(p, _)| p);
-    if !matches!(provider, Some("openai" | "openai-chat" | "anthropic")) {
-        if flags.base_url.is_some() || flags.max_response_tokens.is_some() {
-            return Err(usage(format!(
-                "--base-url and --max-response-tokens apply to openai:, openai-chat: and anthropic: models, not {spec:?}"
-            )));
-        }
-        return crate::models::build_model(spec);
-    }
-    let (api, model) = Api::parse_spec(spec).map_err(|e| usage(format!("--model: {e}")))?;
-    let mut b = Provider::builder(api, model.clone()).api_key_from_env();
-    if let Some(url) = &flags.base_url {
-        b = b.base_url(url.clone());
-    }
-    if let Some(n) = flags.max_response_tokens {
-        b = b.max_output_tokens(n);
-    }
-    let provider = b.build().map_err(|e| match e {
-        ProviderError::MissingApiKey { env } => {
-            usage(format!("--model {spec} needs an API key: set {env} (or point --base-url at a local server)"))
-        }
-        other => usage(other.to_string()),
-    })?;
-    let _ = PRICED.set((model.clone(), reins_providers::model_info(&model).map(|i| i.price)));
-    if flags.stream { Ok(Arc::new(Streamed { inner: provider })) } else { Ok(Arc::new(provider)) }
+/// Records the model and price of this run (a real provider) for `cost_usd` and the cost line.
+pub fn set_pricing(pricing: &reins_agent::Pricing) {
+    let _ = PRICED.set((pricing.model.clone(), pricing.price));
+}
+
+/// `model`, printing each call's text (and reasoning) on stderr while it streams in.
+pub fn streamed(model: Arc<dyn Model>) -> Arc<dyn Model> {
+    Arc::new(Streamed { inner: model })
 }
 
 /// Prints each model call's text on stderr while it streams in.
 struct Streamed {
-    inner: Provider,
+    inner: Arc<dyn Model>,
 }
 
 #[async_trait]
@@ -167,22 +143,4 @@ pub fn print_cost(outcome: &Outcome) {
         ),
         None => errln!("  cost unknown: no price is known for {model}"),
     }
-}
-
-/// The context budget of a run with a known real model and no `--max-context-*` flag: the model's window less
-/// its response cap, in o200k_base tokens, with a tenth kept back for the difference between that tokenizer and
-/// the vendor's and for the framing of the request. Any other run keeps `context` as it is.
-pub fn default_context(spec: &str, flags: &ProviderFlags, context: ContextConfig) -> Result<ContextConfig, CliError> {
-    if context.max_context.is_some() {
-        return Ok(context);
-    }
-    let Ok((_, model)) = Api::parse_spec(spec) else { return Ok(context) };
-    let Some(info) = reins_providers::model_info(&model) else { return Ok(context) };
-    let reserve = flags.max_response_tokens.map_or(info.max_output_tokens.min(32_000), u64::from);
-    let budget = info.context_window.saturating_sub(reserve) / 10 * 9;
-    if budget == 0 {
-        return Ok(context);
-    }
-    let counter = reins_providers::token_counter(&model).map_err(|e| CliError::Internal(anyhow::anyhow!(e)))?;
-    Ok(ContextConfig { max_context: Some(budget), counter, ..context })
 }

@@ -1,32 +1,33 @@
 //! `reins run`: flags, the run, its events and its outcome file.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
-use reins::{Agent, CharCounter, ContextConfig, Event, Limits, ObserverError, Outcome, Registry, TokenCounter};
+use reins::{Agent, Event, ObserverError, Outcome};
 use tokio_util::sync::CancellationToken;
 
 use crate::exit::{CliError, code_for, usage};
-use crate::{render, test_tools};
+use crate::render;
 
 /// Flags of `reins run`.
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// The prompt (with --resume: the follow-up prompt, optional); `-` reads it from standard input.
-    #[arg(required_unless_present_any = ["resume", "prompt_file"])]
     pub prompt: Option<String>,
+    /// The agent file and the user config's profile.
+    #[command(flatten)]
+    pub agent_file: crate::agent_cli::AgentFileFlags,
     /// The model, as PROVIDER:NAME. `script:FILE.json` replays a script file (see the README).
     #[arg(long)]
-    pub model: String,
+    pub model: Option<String>,
     /// Adds the test tools `echo` and `fail`.
     #[arg(long)]
     pub test_tools: bool,
-    /// The most model responses.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
-    pub max_steps: u64,
+    /// The most model responses (default 50).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_steps: Option<u64>,
     /// The most tool calls (every requested call counts).
     #[arg(long)]
     pub max_tool_calls: Option<u64>,
@@ -44,8 +45,9 @@ pub struct RunArgs {
     pub max_context_tokens: Option<u64>,
     /// Each tool result is cut to this many characters before it is recorded (head, a marker saying how
     /// many were omitted, tail; the marker is compact under small limits).
-    #[arg(long, default_value_t = 32_000, value_parser = clap::value_parser!(u64).range(1..))]
-    pub max_tool_result_chars: u64,
+    /// Default 32000.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_tool_result_chars: Option<u64>,
     /// The most input tokens over the run (from reported usage).
     #[arg(long)]
     pub max_input_tokens: Option<u64>,
@@ -93,51 +95,39 @@ fn json_observer(event: &Event) -> Result<(), ObserverError> {
     Ok(())
 }
 
-/// Builds the agent from the flags.
-fn build_agent(args: &RunArgs, mcp: Option<&Arc<reins_mcp::McpTools>>) -> Result<Agent, CliError> {
-    let model = crate::providers_cli::build_model(&args.model, &args.provider)?;
-    let mut tools = Vec::new();
-    if args.test_tools {
-        tools.extend(test_tools::tools());
+/// A build error of the agent as the command reports it (exit 2 for bad input, 1 otherwise).
+pub fn build_err(e: reins_agent::BuildError) -> CliError {
+    match e {
+        reins_agent::BuildError::MissingApiKey { model, env } => {
+            usage(format!("--model {model} needs an API key: set {env} (or point --base-url at a local server)"))
+        }
+        e if e.is_bad_input() => usage(e.to_string()),
+        e => CliError::Internal(anyhow::anyhow!(e)),
     }
-    let workspace_tools = crate::tools_cli::build_workspace_tools(&args.tools)?;
-    let instructions = crate::instructions_cli::instructions(&args.instructions, &workspace_tools)?;
-    tools.extend(workspace_tools.tools);
-    let tool_source = crate::mcp_cli::tool_source(mcp, &tools)?;
-    let registry = Registry::new(tools).map_err(|e| usage(e.to_string()))?;
-    let limits = Limits {
-        max_steps: Some(args.max_steps),
-        max_tool_calls: args.max_tool_calls,
-        max_input_tokens: args.max_input_tokens,
-        max_output_tokens: args.max_output_tokens,
-        max_total_tokens: args.max_total_tokens,
-        timeout: args.timeout,
-        tool_timeout: args.tool_timeout,
-    };
-    let counter: Arc<dyn TokenCounter> = if args.max_context_tokens.is_some() {
-        Arc::new(reins::TiktokenCounter::o200k_base().map_err(|e| CliError::Internal(anyhow::anyhow!(e)))?)
-    } else {
-        Arc::new(CharCounter)
-    };
-    let context = ContextConfig {
-        max_context: args.max_context_chars.or(args.max_context_tokens),
-        max_tool_result_chars: Some(usize::try_from(args.max_tool_result_chars).unwrap_or(usize::MAX)),
-        counter,
-    };
-    let context = crate::providers_cli::default_context(&args.model, &args.provider, context)?;
-    let mut builder = Agent::builder_shared(model).registry(registry).limits(limits).context(context);
-    if let Some(text) = instructions {
-        builder = builder.instructions(text);
+}
+
+/// Builds the agent from its parts, with the observers of the flags and the session journal.
+fn build_agent(
+    args: &RunArgs,
+    mut parts: reins_agent::Parts,
+    store: Option<&reins_store::Store>,
+    session: Option<&reins_store::Session>,
+) -> Result<Agent, CliError> {
+    if let Some(pricing) = &parts.pricing {
+        crate::providers_cli::set_pricing(pricing);
+        if args.provider.stream {
+            parts.model = crate::providers_cli::streamed(parts.model.clone());
+        }
     }
-    if let Some(source) = tool_source {
-        builder = builder.tool_source(source);
-    }
+    let mut builder = parts.builder().map_err(build_err)?;
     if args.json {
         builder = builder.observer(json_observer).include_content(args.events_content);
     } else {
         builder = builder.observer(render::progress_observer).include_content(true);
     }
-    let builder = crate::sessions_cli::attach(builder, args)?;
+    if let Some(store) = store {
+        builder = builder.journal(parts.journal(store, session).map_err(build_err)?);
+    }
     builder.build().map_err(|e| usage(e.to_string()))
 }
 
@@ -150,19 +140,47 @@ pub fn write_outcome(path: &PathBuf, outcome: &Outcome) -> anyhow::Result<()> {
 
 /// `reins run`.
 pub async fn run(args: RunArgs) -> Result<u8, CliError> {
+    if args.prompt.is_none() && args.store.resume.is_none() && args.instructions.prompt_file.is_none() {
+        return Err(usage("a prompt is required (or --prompt-file FILE, or --resume ID to continue a session)"));
+    }
     // Before the signal handlers: a Ctrl-C while the prompt is read from standard input just ends the command.
     let prompt = crate::instructions_cli::prompt(args.prompt.as_deref(), &args.instructions)?;
+    let store = crate::sessions_cli::run_store(&args.store)?;
+    let session = crate::sessions_cli::resumed(store.as_ref(), &args.store)?;
+    let recorded = match &session {
+        Some(s) => Some((s.id().to_owned(), crate::sessions_cli::session_agent(s)?)),
+        None => None,
+    };
+    let (resolved, before) =
+        crate::agent_cli::resolve(&args, recorded.as_ref().map(|(id, d)| (id.as_str(), d.clone())))?;
+    if let (Some((id, _)), Some(before)) = (&recorded, &before) {
+        crate::agent_cli::report_overrides(id, before, &resolved);
+    }
     let cancel = CancellationToken::new();
     crate::signals::cancel_on_signals(cancel.clone(), "the run")?;
     // A signal during MCP start-up drops the servers started so far (their process groups are killed) and the
     // run below ends `aborted` at once, with its outcome and session written.
     let mcp = tokio::select! {
-        started = crate::mcp_cli::start(&args.mcp, args.tools.config.as_deref()) => started?,
+        started = resolved.def.start_mcp() => started.map_err(build_err)?,
         () = cancel.cancelled() => None,
     };
-    let agent = build_agent(&args, mcp.as_ref())?;
-    let outcome = match crate::sessions_cli::resume_state(&args, prompt.as_deref(), &agent)? {
-        Some(state) => agent.drive(state, cancel).await,
+    let parts = resolved.def.parts_with(mcp.clone()).map_err(build_err)?;
+    for note in &parts.notes {
+        errln!("reins: warning: {note}");
+    }
+    let agent = build_agent(&args, parts, store.as_ref(), session.as_ref())?;
+    let outcome = match &session {
+        Some(s) => {
+            // The rebuilt agent's instructions (the recorded ones, unless a flag or the agent file changed
+            // them; the preamble and AGENTS.md made again from the workspace) replace those of the last run.
+            let mut state = s
+                .resume_state(agent.limits().clone(), agent.context(), prompt.as_deref())
+                .map_err(crate::sessions_cli::store_err)?;
+            if let Some(text) = agent.instructions() {
+                state.set_instructions(Some(text.into()), agent.context());
+            }
+            agent.drive(state, cancel).await
+        }
         None => agent.run(prompt.as_deref().unwrap_or_default(), cancel).await,
     };
     crate::mcp_cli::finish(mcp.as_ref()).await;

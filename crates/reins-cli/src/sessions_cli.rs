@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
-use reins::{AgentBuilder, CharCounter, ContextConfig, Event, Message, RunState, TokenCounter};
-use reins_store::{ReplayTools, Session, SessionMeta, Store, kind};
+use reins::{Event, Message};
+use reins_agent::AgentDef;
+use reins_store::{ReplayTools, Session, Store, kind};
 use tokio_util::sync::CancellationToken;
 
 use crate::exit::{CliError, usage};
-use crate::run::RunArgs;
 
 /// The store flag of the session commands.
 #[derive(Args, Debug, Clone, Default)]
@@ -134,7 +134,9 @@ pub fn close_stores() {
     }
 }
 
-fn store_err(e: reins_store::StoreError) -> CliError {
+/// A store error as the command reports it: an unknown or ambiguous id or a session that cannot be resumed is
+/// bad input (exit 2), anything else internal (exit 1).
+pub fn store_err(e: reins_store::StoreError) -> CliError {
     use reins_store::StoreError as E;
     match e {
         E::NotFound(_) | E::Ambiguous { .. } | E::Resume { .. } | E::Exists { .. } | E::IsDirectory { .. } => {
@@ -144,70 +146,39 @@ fn store_err(e: reins_store::StoreError) -> CliError {
     }
 }
 
-/// What a run records about its configuration, so that a replay can rebuild it.
-fn run_config(args: &RunArgs) -> serde_json::Value {
-    serde_json::json!({
-        "model": args.model,
-        "test_tools": args.test_tools,
-        "workspace": args.tools.workspace.as_ref().and_then(|w| std::fs::canonicalize(w).ok()).map(|w| w.display().to_string()),
-        "max_tool_result_chars": args.max_tool_result_chars,
-        "max_context_chars": args.max_context_chars,
-        "max_context_tokens": args.max_context_tokens,
-    })
-}
-
-/// The list prices of a provider model, when known (a session's cost stays unknown otherwise).
-fn prices(spec: &str) -> Option<reins_store::Prices> {
-    let (_, model) = reins_providers::Api::parse_spec(spec).ok()?;
-    let p = reins_providers::model_info(&model)?.price;
-    Some(reins_store::Prices {
-        input_per_mtok: p.input,
-        output_per_mtok: p.output,
-        cached_input_per_mtok: p.cached_input,
-    })
-}
-
-/// Adds the session journal to a `reins run` agent (unless `--no-store`).
-pub fn attach(builder: AgentBuilder, args: &RunArgs) -> Result<AgentBuilder, CliError> {
-    let flags = &args.store;
+/// The store a `reins run` records in (`None` with `--no-store`).
+pub fn run_store(flags: &RunStoreFlags) -> Result<Option<Store>, CliError> {
     if flags.no_store {
-        return Ok(builder);
+        return Ok(None);
     }
-    let store = open(flags.store.as_deref())?;
-    let config = run_config(args);
-    let meta = SessionMeta {
-        model: Some(args.model.clone()),
-        workspace: config["workspace"].as_str().map(str::to_owned),
-        prices: prices(&args.model),
-        config: Some(config),
-    };
-    let journal = match &flags.resume {
-        None => store.journal(meta),
-        Some(id) => {
-            let session = store.load(id).map_err(store_err)?;
-            store.resume_journal(&session, meta).map_err(store_err)?
-        }
-    };
-    Ok(builder.journal(journal))
+    open(flags.store.as_deref()).map(Some)
 }
 
-/// For `reins run --resume ID [FOLLOW-UP]`: the rebuilt and reconciled run state. It keeps the
-/// instructions the session's last run recorded, unless this command gives some (a workspace preamble,
-/// `AGENTS.md`, `--instructions`), which replace them.
-pub fn resume_state(
-    args: &RunArgs,
-    follow_up: Option<&str>,
-    agent: &reins::Agent,
-) -> Result<Option<RunState>, CliError> {
-    let Some(id) = &args.store.resume else {
-        return Ok(None);
-    };
-    let session = open(args.store.store.as_deref())?.load(id).map_err(store_err)?;
-    let mut state = session.resume_state(agent.limits().clone(), agent.context(), follow_up).map_err(store_err)?;
-    if let Some(text) = agent.instructions() {
-        state.set_instructions(Some(text.into()), agent.context());
+/// The session `--resume ID` continues.
+pub fn resumed(store: Option<&Store>, flags: &RunStoreFlags) -> Result<Option<Session>, CliError> {
+    match (store, &flags.resume) {
+        (Some(store), Some(id)) => store.load(id).map(Some).map_err(store_err),
+        _ => Ok(None),
     }
-    Ok(Some(state))
+}
+
+/// The agent recorded with the last run of `session` (for a session recorded before agents were, the one its
+/// recorded flags describe).
+pub fn session_agent(session: &Session) -> Result<AgentDef, CliError> {
+    recorded_def(session)?
+        .ok_or_else(|| usage(format!("session {} recorded no agent: give the model and tools as flags", session.id())))
+}
+
+fn recorded_def(session: &Session) -> Result<Option<AgentDef>, CliError> {
+    let runs = session.runs().map_err(store_err)?;
+    let config = runs.last().and_then(|r| r.start.config.clone()).unwrap_or(serde_json::Value::Null);
+    AgentDef::from_session_config(&config).map_err(|e| usage(format!("session {}: {e}", session.id())))
+}
+
+/// The id and recorded agent of session `id` (an id or a unique prefix) of the store.
+pub fn recorded_agent(store: Option<&Path>, id: &str) -> Result<(String, AgentDef), CliError> {
+    let session = open(store)?.load(id).map_err(store_err)?;
+    Ok((session.id().to_owned(), session_agent(&session)?))
 }
 
 /// `reins sessions ...`.
@@ -217,7 +188,8 @@ pub fn sessions(args: SessionsArgs) -> Result<u8, CliError> {
         SessionsCommand::Show { id, store, json, events } => {
             let session = open(store.store.as_deref())?.load(&id).map_err(store_err)?;
             if json {
-                let v = serde_json::json!({"session": session.summary, "entries": session.entries});
+                let agent = recorded_def(&session)?.map(|d| d.to_json());
+                let v = serde_json::json!({"session": session.summary, "agent": agent, "entries": session.entries});
                 jsonln!("{}", serde_json::to_string_pretty(&v).map_err(|e| CliError::Internal(e.into()))?);
             } else {
                 show(&session, events);
@@ -425,34 +397,6 @@ impl Drop for Scratch {
     }
 }
 
-/// The context rules a run recorded (`tiktoken`: the tokenizer, built once for all runs that count tokens).
-fn replay_context(
-    config: &serde_json::Value,
-    tiktoken: &mut Option<Arc<dyn TokenCounter>>,
-) -> Result<ContextConfig, CliError> {
-    let max_tool_result_chars = config["max_tool_result_chars"].as_u64().unwrap_or(32_000);
-    let (max_context, counter): (Option<u64>, Arc<dyn TokenCounter>) = match config["max_context_tokens"].as_u64() {
-        Some(t) => {
-            let counter = match tiktoken {
-                Some(c) => c.clone(),
-                None => {
-                    let c: Arc<dyn TokenCounter> = Arc::new(
-                        reins::TiktokenCounter::o200k_base().map_err(|e| CliError::Internal(anyhow::anyhow!(e)))?,
-                    );
-                    tiktoken.insert(c).clone()
-                }
-            };
-            (Some(t), counter)
-        }
-        None => (config["max_context_chars"].as_u64(), Arc::new(CharCounter)),
-    };
-    Ok(ContextConfig {
-        max_context,
-        max_tool_result_chars: Some(usize::try_from(max_tool_result_chars).unwrap_or(usize::MAX)),
-        counter,
-    })
-}
-
 /// A replay stopped by a signal: its scratch copy removed, exit 7.
 fn cancelled_replay(scratch: Option<Scratch>) -> u8 {
     let removed = if scratch.is_some() { "; its scratch copy was removed" } else { "" };
@@ -461,23 +405,27 @@ fn cancelled_replay(scratch: Option<Scratch>) -> u8 {
     7
 }
 
-/// `reins replay ID`.
+/// `reins replay ID`: each run's recorded agent rebuilt (test tools, workspace tools over one scratch copy of
+/// the workspace, presets, MCP servers, context rules) and driven by the recorded responses.
 pub async fn replay(args: ReplayArgs) -> Result<u8, CliError> {
     let cancel = CancellationToken::new();
     crate::signals::cancel_on_signals(cancel.clone(), "the replay")?;
     let session = open(args.store.store.as_deref())?.load(&args.id).map_err(store_err)?;
     let runs = session.runs().map_err(store_err)?;
-    // Each run replays with the settings it recorded: a resume may have changed them.
-    let configs: Vec<serde_json::Value> =
-        runs.iter().map(|r| r.start.config.clone().unwrap_or(serde_json::Value::Null)).collect();
+    // Each run replays with the agent it recorded: a resume may have changed it. A run recorded by a library
+    // user without a definition replays with the default context rules.
+    let mut defs = Vec::with_capacity(runs.len());
+    for run in &runs {
+        let config = run.start.config.clone().unwrap_or(serde_json::Value::Null);
+        let def = AgentDef::from_session_config(&config)
+            .map_err(|e| usage(format!("session {}, run {}: {e}", session.id(), run.number)))?;
+        defs.push(def.unwrap_or_default());
+    }
     let mut scratch = None;
-    let mut workspace_tools = Vec::new();
     if !args.no_tools {
-        let mut flags = crate::tools_cli::ToolFlags::default();
         // One scratch copy for the whole session (a run continues in what the runs before it left): of
         // --workspace, else of the first workspace a run recorded.
-        let workspace =
-            args.workspace.clone().or_else(|| configs.iter().find_map(|c| c["workspace"].as_str().map(PathBuf::from)));
+        let workspace = args.workspace.clone().or_else(|| defs.iter().find_map(|d| d.workspace.path.clone()));
         if let Some(ws) = workspace {
             if !ws.is_dir() {
                 return Err(usage(format!(
@@ -498,35 +446,57 @@ pub async fn replay(args: ReplayArgs) -> Result<u8, CliError> {
             copied.map_err(|e| {
                 CliError::Internal(anyhow::anyhow!("copying the workspace {} for the replay: {e}", ws.display()))
             })?;
-            flags.workspace = Some(guard.0.clone());
             scratch = Some(guard);
         }
-        workspace_tools = crate::tools_cli::build_tools(&flags)?;
     }
-    let mut tiktoken: Option<Arc<dyn TokenCounter>> = None;
-    let mut settings = Vec::with_capacity(configs.len());
-    for config in &configs {
+    let mut servers = Vec::new();
+    let mut settings = Vec::with_capacity(defs.len());
+    for mut def in defs {
+        let context = def.build_context().map_err(crate::run::build_err)?;
         let tools = if args.no_tools {
             ReplayTools::Recorded
         } else {
-            let mut list = Vec::new();
-            if config["test_tools"].as_bool().unwrap_or(false) {
-                list.extend(crate::test_tools::tools());
+            if def.workspace.path.is_some() || args.workspace.is_some() {
+                def.workspace.path = scratch.as_ref().map(|s: &Scratch| s.0.clone());
             }
-            list.extend(workspace_tools.iter().cloned());
-            ReplayTools::Live(Arc::new(reins::Registry::new(list).map_err(|e| usage(e.to_string()))?))
+            def.check_secrets().map_err(crate::run::build_err)?;
+            let list = def.build_tools().map_err(crate::run::build_err)?;
+            let mcp = match def.start_mcp().await {
+                Ok(m) => m,
+                Err(e) => {
+                    for m in &servers {
+                        crate::mcp_cli::finish(Some(m)).await;
+                    }
+                    return Err(crate::run::build_err(e));
+                }
+            };
+            let registry = match &mcp {
+                Some(m) => m.registry(list).map_err(|e| usage(e.to_string())),
+                None => reins::Registry::new(list).map_err(|e| usage(e.to_string())),
+            };
+            servers.extend(mcp);
+            ReplayTools::Live(Arc::new(registry?))
         };
-        settings.push((tools, replay_context(config, &mut tiktoken)?));
+        settings.push((tools, context));
     }
     let replayed = reins_store::replay_runs(&session, |run| {
         let k = usize::try_from(run.number.saturating_sub(1)).unwrap_or(usize::MAX);
-        settings.get(k).cloned().unwrap_or_else(|| (ReplayTools::Recorded, ContextConfig::default()))
+        settings.get(k).cloned().unwrap_or_else(|| (ReplayTools::Recorded, reins::ContextConfig::default()))
     });
     let report = tokio::select! {
-        report = replayed => report.map_err(store_err)?,
+        report = replayed => report,
         // The replay's tool calls are dropped with it (their process groups killed).
-        () = cancel.cancelled() => return Ok(cancelled_replay(scratch)),
+        () = cancel.cancelled() => {
+            for m in &servers {
+                crate::mcp_cli::finish(Some(m)).await;
+            }
+            return Ok(cancelled_replay(scratch));
+        }
     };
+    for m in &servers {
+        crate::mcp_cli::finish(Some(m)).await;
+    }
+    let report = report.map_err(store_err)?;
     drop(scratch);
     if args.json {
         jsonln!("{}", serde_json::to_string(&report).map_err(|e| CliError::Internal(e.into()))?);

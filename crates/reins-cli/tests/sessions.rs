@@ -383,15 +383,19 @@ fn each_run_of_a_session_replays_with_its_own_settings() {
             {"content": answer}
         ])
     };
-    // Run 1: results cut to 10 characters. Run 2 (a resume): the default cut. Run 3: no test tools.
+    // Run 1: results cut to 10 characters. Run 2 (a resume, which keeps the recorded agent unless a flag or
+    // an agent file overrides it): the default cut. Run 3: no test tools.
     let (out, outcome) = run(&dir, &echo_then("one"), &["--test-tools", "--max-tool-result-chars", "10", "go"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let id = outcome["session_id"].as_str().unwrap().to_owned();
     assert_eq!(outcome["messages"][2]["content"], "012[…196]9");
-    let (out, outcome) = run(&dir, &echo_then("two"), &["--test-tools", "--resume", &id, "again"]);
+    let (out, outcome) =
+        run(&dir, &echo_then("two"), &["--test-tools", "--max-tool-result-chars", "32000", "--resume", &id, "again"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(outcome["messages"][6]["content"], json!(long));
-    let (out, _) = run(&dir, &json!([{"content": "three"}]), &["--resume", &id, "last"]);
+    let no_tools = dir.file("no-tools.toml", "test_tools = false\n");
+    let no_tools = no_tools.to_string_lossy();
+    let (out, _) = run(&dir, &json!([{"content": "three"}]), &["--agent", &no_tools, "--resume", &id, "last"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     for extra in [&[][..], &["--no-tools"][..]] {

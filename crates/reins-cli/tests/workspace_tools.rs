@@ -164,7 +164,7 @@ fn one_duration_rule_and_checked_limits_with_or_without_presets() {
     }
     let config = tmp.path().join("c.toml");
     for (text, needle) in [
-        ("[commands]\ntimeout = \"0s\"\n", "[commands] timeout"),
+        ("[commands]\ntimeout = \"0s\"\n", "commands.timeout"),
         ("[commands]\ntimeout = \"1ns\"\n", "smallest unit is ms"),
         ("[commands.limits]\nopen_files = 0\n", "open_files must be at least 1"),
     ] {

@@ -10,10 +10,13 @@ use std::thread;
 
 use serde_json::Value;
 
-/// The `reins` binary. Its sessions go to a store of this test process, never the user's own.
+/// The `reins` binary. Its sessions go to a store of this test process, never the user's own, and it reads no
+/// user config.
 pub fn reins() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_reins"));
     c.env("REINS_STORE", std::env::temp_dir().join(format!("reins-cli-test-{}.db", std::process::id())));
+    // No user config of the machine's user: a test that wants one sets XDG_CONFIG_HOME itself.
+    c.env("XDG_CONFIG_HOME", std::env::temp_dir().join(format!("reins-cli-test-{}-no-config", std::process::id())));
     c
 }
 

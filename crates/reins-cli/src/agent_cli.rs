@@ -1,0 +1,275 @@
+//! The agent of a command, as `reins-agent` resolves it: Reins' defaults, the user config
+//! (`$XDG_CONFIG_HOME/reins/config.toml`) and its `--profile`, the agent recorded with a `--resume`d session,
+//! the `--agent` file (alias `--config`), and the flags on top; and `reins config show`, which prints the
+//! result with where each value came from.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use reins_agent::{AgentDef, DefError, Dur, Layer, McpServerDef, Origin, Positive, Resolved, SandboxMode};
+
+use crate::exit::{CliError, usage};
+use crate::run::RunArgs;
+
+/// The agent-file flags.
+#[derive(Args, Debug, Default, Clone)]
+pub struct AgentFileFlags {
+    /// An agent file (TOML): model, instructions, [provider], [limits], [context], [workspace], [commands],
+    /// [[presets]], [mcp.NAME] (see the README). Its relative paths are relative to it; every flag overrides it.
+    #[arg(long = "agent", visible_alias = "config", value_name = "FILE")]
+    pub agent: Option<PathBuf>,
+    /// Picks the [profiles.NAME] table of the user config ($XDG_CONFIG_HOME/reins/config.toml, else
+    /// ~/.config/reins/config.toml), over its top-level defaults and beneath the agent file.
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+}
+
+/// A definition error as a bad-input error.
+pub fn def_err(e: DefError) -> CliError {
+    usage(e.to_string())
+}
+
+fn positive(n: Option<u64>) -> Option<Positive> {
+    n.and_then(Positive::new)
+}
+
+/// The layer the flags of `reins run` make: only what was given.
+pub fn flags_layer(args: &RunArgs) -> Result<AgentDef, CliError> {
+    let mut d = AgentDef::default();
+    if let Some(spec) = &args.model {
+        let model: reins_agent::ModelSpec = spec.parse().map_err(|e| usage(format!("--model {spec:?}: {e}")))?;
+        d.model = Some(model);
+        // A script path on the command line is relative to the current directory.
+        d.resolve_paths(&reins_agent::absolute(std::path::Path::new(".")));
+    }
+    if args.test_tools {
+        d.test_tools = Some(true);
+    }
+    d.limits.max_steps = positive(args.max_steps);
+    d.limits.max_tool_calls = args.max_tool_calls.map(reins_agent::Count);
+    d.limits.max_input_tokens = args.max_input_tokens.map(reins_agent::Count);
+    d.limits.max_output_tokens = args.max_output_tokens.map(reins_agent::Count);
+    d.limits.max_total_tokens = args.max_total_tokens.map(reins_agent::Count);
+    d.limits.timeout = args.timeout.map(Dur);
+    d.limits.tool_timeout = args.tool_timeout.map(Dur);
+    d.context.max_context_chars = positive(args.max_context_chars);
+    d.context.max_context_tokens = positive(args.max_context_tokens);
+    d.context.max_tool_result_chars = positive(args.max_tool_result_chars);
+    let tools = &args.tools;
+    d.workspace.path = tools.workspace.as_deref().map(reins_agent::absolute);
+    for spec in &tools.presets {
+        let preset = reins_agent::parse_preset(spec).map_err(usage)?;
+        d.presets.retain(|p| p.name != preset.name);
+        d.presets.push(preset);
+    }
+    d.commands.timeout = tools.command_timeout.map(Dur);
+    if tools.no_sandbox {
+        d.commands.sandbox = Some(SandboxMode::Off);
+    }
+    for spec in &args.mcp.servers {
+        let (name, server) = McpServerDef::from_spec(spec).map_err(|e| usage(format!("--mcp: {e}")))?;
+        d.mcp.insert(name, server);
+    }
+    let i = &args.instructions;
+    d.instructions = i.instructions.clone();
+    d.instructions_file = i.instructions_file.as_deref().map(reins_agent::absolute);
+    if i.no_agents_md {
+        d.workspace.agents_md = Some(false);
+    }
+    d.provider.base_url = args.provider.base_url.clone();
+    d.provider.max_response_tokens = args.provider.max_response_tokens.and_then(|n| Positive::new(n.into()));
+    d.validate().map_err(|e| usage(flag_message(e)))?;
+    Ok(d)
+}
+
+/// A flag's error, named by the flag.
+fn flag_message(e: DefError) -> String {
+    let flag = e.path.as_deref().map(|p| {
+        let key = p.rsplit('.').next().unwrap_or(p);
+        match key {
+            "base_url" => "--base-url".to_owned(),
+            "max_response_tokens" => "--max-response-tokens".to_owned(),
+            other => format!("--{}", other.replace('_', "-")),
+        }
+    });
+    match flag {
+        Some(f) => format!("{f}: {}", e.message),
+        None => e.message,
+    }
+}
+
+/// The agent a `reins run` (or `reins config show`) gets: its layers resolved, `session` (for `--resume`) as the
+/// layer beneath the agent file. `--accept-weaker-sandbox` turns a required sandbox into best effort, whichever
+/// layer asked for it.
+pub fn resolve(args: &RunArgs, session: Option<(&str, AgentDef)>) -> Result<(Resolved, Option<Resolved>), CliError> {
+    let mut layers = Vec::new();
+    if let Some(path) = reins_agent::user_config_path() {
+        let user = reins_agent::UserConfig::read(&path).map_err(def_err)?;
+        layers.extend(user.layers(args.agent_file.profile.as_deref()).map_err(def_err)?);
+    } else if let Some(name) = &args.agent_file.profile {
+        return Err(usage(format!(
+            "--profile {name}: there is no user config (neither XDG_CONFIG_HOME nor HOME is set)"
+        )));
+    }
+    let mut recorded = None;
+    if let Some((id, def)) = session {
+        layers.push(Layer::new(Origin::Session { id: id.to_owned() }, def));
+        recorded = Some(reins_agent::resolve(&layers).map_err(def_err)?);
+    }
+    if let Some(path) = &args.agent_file.agent {
+        layers.push(reins_agent::agent_file_layer(path).map_err(def_err)?);
+    }
+    let mut flags = flags_layer(args)?;
+    layers.push(Layer::new(Origin::Flag, flags.clone()));
+    let mut resolved = reins_agent::resolve(&layers).map_err(def_err)?;
+    if args.tools.accept_weaker_sandbox && matches!(resolved.def.commands.sandbox, None | Some(SandboxMode::Required)) {
+        flags.commands.sandbox = Some(SandboxMode::BestEffort);
+        if let Some(last) = layers.last_mut() {
+            *last = Layer::new(Origin::Flag, flags);
+        }
+        resolved = reins_agent::resolve(&layers).map_err(def_err)?;
+    }
+    Ok((resolved, recorded))
+}
+
+/// On `--resume`: says on stderr which recorded settings the flags or the agent file changed.
+pub fn report_overrides(id: &str, recorded: &Resolved, now: &Resolved) {
+    let before: std::collections::BTreeMap<String, serde_json::Value> =
+        recorded.entries().into_iter().map(|e| (e.key, e.value)).collect();
+    let mut changed = Vec::new();
+    for e in now.entries() {
+        if matches!(e.origin, Origin::Flag | Origin::AgentFile { .. }) && before.get(&e.key) != Some(&e.value) {
+            let was = before.get(&e.key).map_or_else(|| "unset".to_owned(), ToString::to_string);
+            changed.push(format!("{} = {} (was {was})", e.key, e.value));
+        }
+    }
+    for key in before.keys() {
+        if !now.entries().iter().any(|e| &e.key == key) {
+            changed.push(format!("{key} unset"));
+        }
+    }
+    if !changed.is_empty() {
+        errln!(
+            "reins: resuming session {id}: {} override the agent recorded with it: {}",
+            if changed.len() == 1 { "this setting" } else { "these settings" },
+            changed.join("; ")
+        );
+    }
+}
+
+/// `reins config`.
+#[derive(Args, Debug)]
+pub struct ConfigArgs {
+    #[command(subcommand)]
+    command: ConfigCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum ConfigCommand {
+    /// Prints the agent `reins run` would build from the same flags (the user config, --profile, --agent FILE,
+    /// --resume ID and every run flag), secrets masked, with where each value came from. As TOML that is itself
+    /// an agent file, or with --json as one JSON object.
+    Show(Box<RunArgs>),
+}
+
+/// `reins config ...`.
+pub fn config(args: ConfigArgs) -> Result<u8, CliError> {
+    match args.command {
+        ConfigCommand::Show(args) => show(&args),
+    }
+}
+
+fn show(args: &RunArgs) -> Result<u8, CliError> {
+    let session = match &args.store.resume {
+        Some(id) => Some(crate::sessions_cli::recorded_agent(args.store.store.as_deref(), id)?),
+        None => None,
+    };
+    let (resolved, _) = resolve(args, session.as_ref().map(|(id, def)| (id.as_str(), def.clone())))?;
+    let derived = resolved.def.default_context_tokens();
+    let api_key = resolved.def.model.as_ref().and_then(|m| match m.kind() {
+        (reins_agent::ModelKind::Provider(api), _) => Some(api.key_env()),
+        _ => None,
+    });
+    if args.json {
+        let v = serde_json::json!({
+            "definition": resolved.def.redacted().to_json(),
+            "entries": resolved.entries(),
+            "derived": { "context.max_context_tokens": derived },
+            "api_key": api_key.map(|env| serde_json::json!({"env": env, "set": std::env::var_os(env).is_some_and(|v| !v.is_empty())})),
+        });
+        jsonln!("{}", serde_json::to_string_pretty(&v).map_err(|e| CliError::Internal(e.into()))?);
+        return Ok(0);
+    }
+    out!("{}", render_toml(&resolved, derived, api_key));
+    Ok(0)
+}
+
+fn bare_key(k: &str) -> String {
+    if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+        k.to_owned()
+    } else {
+        serde_json::Value::from(k).to_string()
+    }
+}
+
+fn toml_value(v: &serde_json::Value) -> String {
+    match toml::Value::try_from(v) {
+        Ok(t) => t.to_string(),
+        Err(_) => serde_json::Value::from(v.to_string()).to_string(),
+    }
+}
+
+/// The resolved definition as TOML (an agent file), each value followed by its origin as a comment.
+fn render_toml(resolved: &Resolved, derived: Option<u64>, api_key: Option<&str>) -> String {
+    let mut out = String::from("# The resolved agent (secrets masked); each value's origin is in its comment.\n");
+    if let Some(env) = api_key {
+        let set = std::env::var_os(env).is_some_and(|v| !v.is_empty());
+        out.push_str(&format!("# API key: from {env} ({})\n", if set { "set" } else { "not set" }));
+    }
+    if let Some(n) = derived {
+        out.push_str(&format!(
+            "# context budget: {n} tokens, from the model's known window less its response cap (default)\n"
+        ));
+    }
+    let entries = resolved.entries();
+    let comment = |o: &Origin| format!("  # {}", o.to_string().replace('\n', " "));
+    let mut section = String::new();
+    // Top-level keys first, then each table; presets and MCP servers as tables of their own.
+    let mut order: Vec<&reins_agent::Entry> = entries.iter().filter(|e| !e.key.contains('.')).collect();
+    order.extend(entries.iter().filter(|e| e.key.contains('.')));
+    for e in order {
+        let (table, key) = match e.key.split_once('.') {
+            None => (String::new(), e.key.clone()),
+            Some(("presets", _)) => {
+                out.push_str(&format!("\n[[presets]]{}\n", comment(&e.origin)));
+                if let Some(map) = e.value.as_object() {
+                    for (k, v) in map {
+                        out.push_str(&format!("{} = {}\n", bare_key(k), toml_value(v)));
+                    }
+                }
+                section = "presets".into();
+                continue;
+            }
+            Some(("mcp", name)) => {
+                out.push_str(&format!("\n[mcp.{}]{}\n", bare_key(name), comment(&e.origin)));
+                if let Some(map) = e.value.as_object() {
+                    for (k, v) in map {
+                        out.push_str(&format!("{} = {}\n", bare_key(k), toml_value(v)));
+                    }
+                }
+                section = "mcp".into();
+                continue;
+            }
+            Some((table, rest)) => {
+                let key = rest.split('.').map(bare_key).collect::<Vec<_>>().join(".");
+                (table.to_owned(), key)
+            }
+        };
+        if table != section {
+            out.push_str(&format!("\n[{table}]\n"));
+            section = table;
+        }
+        out.push_str(&format!("{key} = {}{}\n", toml_value(&e.value), comment(&e.origin)));
+    }
+    out
+}

@@ -541,8 +541,11 @@ impl Parts {
                 .map_err(|e| invalid(e.to_string()))?;
             builder = builder.tool_source(Arc::new(source));
         }
-        // SEAM(instructions): once `AgentBuilder::instructions` is in the core, the instructions go here:
-        // `builder = builder.instructions(text)` for `self.instructions`.
+        if let Some(text) = &self.instructions {
+            builder = builder.instructions(text.clone());
+        }
+        // SEAM(workspace preamble): the built-in workspace preamble and the workspace's AGENTS.md (unless
+        // `workspace.agents_md = false`) go before these instructions once reins-tools has their loader.
         Ok(builder)
     }
 

@@ -129,8 +129,11 @@ fn definitions_that_cannot_be_built_say_why() {
     }
     let file = dir.path().join("prompt.md");
     std::fs::write(&file, "Be careful.").unwrap();
-    let def = AgentDef { instructions_file: Some(file), ..AgentDef::default() };
+    let def = AgentDef { instructions_file: Some(file.clone()), ..AgentDef::default() };
     assert_eq!(def.instructions_text().unwrap().as_deref(), Some("Be careful."));
+    // The file's text is what a session records, so a resumed run sees the same instructions.
+    let recorded = AgentDef::from_session_config(&def.session_config(Some("Be careful."))).unwrap().unwrap();
+    assert_eq!((recorded.instructions.as_deref(), recorded.instructions_file), (Some("Be careful."), None));
     let def = AgentDef { instructions_file: Some(dir.path().to_path_buf()), ..AgentDef::default() };
     assert!(def.instructions_text().unwrap_err().to_string().starts_with("instructions_file: "));
 }
@@ -145,6 +148,7 @@ async fn a_built_agent_records_its_definition_in_the_session() {
     def.provider = Default::default();
     let store = reins_store::Store::open(dir.path().join("s.db")).unwrap();
     let agent = def.build_with(BuildOptions { store: Some((store.clone(), None)) }).await.unwrap();
+    assert_eq!(agent.instructions(), Some("Say hello."), "the instructions reach the agent");
     let outcome = agent.run("hi", CancellationToken::new()).await;
     assert_eq!(outcome.status, Status::Completed);
     let session = store.load(outcome.session_id.as_deref().unwrap()).unwrap();

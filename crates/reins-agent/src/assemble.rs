@@ -544,8 +544,6 @@ impl Parts {
         if let Some(text) = &self.instructions {
             builder = builder.instructions(text.clone());
         }
-        // SEAM(workspace preamble): the built-in workspace preamble and the workspace's AGENTS.md (unless
-        // `workspace.agents_md = false`) go before these instructions once reins-tools has their loader.
         Ok(builder)
     }
 

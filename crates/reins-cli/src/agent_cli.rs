@@ -72,7 +72,12 @@ pub fn flags_layer(args: &RunArgs) -> Result<AgentDef, CliError> {
     }
     let i = &args.instructions;
     d.instructions = i.instructions.clone();
-    d.instructions_file = i.instructions_file.as_deref().map(reins_agent::absolute);
+    if let Some(path) = &i.instructions_file {
+        // Read here too, so that a bad file is named by its flag (the agent reads it again when it is built).
+        crate::input::read_text(path, crate::input::MAX_PROMPT_BYTES)
+            .map_err(|e| usage(format!("--instructions-file {}: {e}", path.display())))?;
+        d.instructions_file = Some(reins_agent::absolute(path));
+    }
     if i.no_agents_md {
         d.workspace.agents_md = Some(false);
     }

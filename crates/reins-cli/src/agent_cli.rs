@@ -217,8 +217,19 @@ fn bare_key(k: &str) -> String {
     }
 }
 
+/// `v` without its nulls (unset keys), which TOML cannot write.
+fn without_nulls(v: &serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(m) => {
+            m.iter().filter(|(_, x)| !x.is_null()).map(|(k, x)| (k.clone(), without_nulls(x))).collect()
+        }
+        serde_json::Value::Array(a) => a.iter().map(without_nulls).collect(),
+        other => other.clone(),
+    }
+}
+
 fn toml_value(v: &serde_json::Value) -> String {
-    match toml::Value::try_from(v) {
+    match toml::Value::try_from(without_nulls(v)) {
         Ok(t) => t.to_string(),
         Err(_) => serde_json::Value::from(v.to_string()).to_string(),
     }

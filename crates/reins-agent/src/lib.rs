@@ -7,15 +7,38 @@
 //! config and its profiles, a recorded session, the agent file, flags: [`resolve`]), recorded with every
 //! session without their secrets, and built into a ready [`reins::Agent`] with [`AgentDef::build`].
 //!
+//! A real-provider agent with workspace tools (the README's example; the key comes from `OPENAI_API_KEY`):
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use reins_agent::{AgentDef, Preset};
+//! use tokio_util::sync::CancellationToken;
+//! let agent = AgentDef::new("openai:gpt-4.1-mini")?      // the key comes from OPENAI_API_KEY
+//!     .workspace("./repo")                                 // read_file, write_file, edit_file, list_dir, search
+//!     .preset(Preset::new("test", "cargo", vec!["test".into(), "--offline".into()]))
+//!     .instructions("Fix the failing test; run `test` to check.")
+//!     .build().await?;                                     // provider, tools, default budget, pricing
+//! let outcome = agent.run("Make the tests pass", CancellationToken::new()).await;
+//! # Ok(()) }
+//! ```
+//!
+//! The same agent from TOML (an agent file's text; relative paths are relative to the directory given):
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use reins_agent::AgentDef;
+//! use tokio_util::sync::CancellationToken;
 //! let agent = AgentDef::from_toml(r#"
 //!     model = "openai:gpt-4.1-mini"
+//!     instructions = "Fix the failing test; run `test` to check."
 //!     [workspace]
 //!     path = "./repo"
+//!     [[presets]]
+//!     name = "test"
+//!     program = "cargo"
+//!     args = ["test", "--offline"]
 //! "#, std::path::Path::new("."))?.build().await?;
-//! let outcome = agent.run("What does this repository do?", tokio_util::sync::CancellationToken::new()).await;
+//! let outcome = agent.run("Make the tests pass", CancellationToken::new()).await;
 //! # Ok(()) }
 //! ```
 

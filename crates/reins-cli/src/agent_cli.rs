@@ -107,19 +107,33 @@ fn flag_message(e: DefError) -> String {
 /// layer beneath the agent file. `--accept-weaker-sandbox` turns a required sandbox into best effort, whichever
 /// layer asked for it.
 pub fn resolve(args: &RunArgs, session: Option<(&str, AgentDef)>) -> Result<(Resolved, Option<Resolved>), CliError> {
+    let user = match reins_agent::user_config_path() {
+        Some(path) => Some(reins_agent::UserConfig::read(&path).map_err(def_err)?),
+        None => None,
+    };
+    let user_layers = |profile: Option<&str>| -> Result<Vec<Layer>, CliError> {
+        match &user {
+            Some(u) => u.layers(profile).map_err(def_err),
+            None if profile.is_some() => Err(usage(format!(
+                "--profile {}: there is no user config (neither XDG_CONFIG_HOME nor HOME is set)",
+                profile.unwrap_or_default()
+            ))),
+            None => Ok(Vec::new()),
+        }
+    };
     let mut layers = Vec::new();
-    if let Some(path) = reins_agent::user_config_path() {
-        let user = reins_agent::UserConfig::read(&path).map_err(def_err)?;
-        layers.extend(user.layers(args.agent_file.profile.as_deref()).map_err(def_err)?);
-    } else if let Some(name) = &args.agent_file.profile {
-        return Err(usage(format!(
-            "--profile {name}: there is no user config (neither XDG_CONFIG_HOME nor HOME is set)"
-        )));
-    }
     let mut recorded = None;
-    if let Some((id, def)) = session {
-        layers.push(Layer::new(Origin::Session { id: id.to_owned() }, def));
-        recorded = Some(reins_agent::resolve(&layers).map_err(def_err)?);
+    match session {
+        // A resumed session's recorded agent is whole (the user config it was built with included): the user
+        // config of today does not change it; an explicit --profile overrides it like a flag.
+        Some((id, def)) => {
+            layers.push(Layer::new(Origin::Session { id: id.to_owned() }, def));
+            recorded = Some(reins_agent::resolve(&layers).map_err(def_err)?);
+            if let Some(name) = &args.agent_file.profile {
+                layers.extend(user_layers(Some(name))?.into_iter().skip(1));
+            }
+        }
+        None => layers.extend(user_layers(args.agent_file.profile.as_deref())?),
     }
     if let Some(path) = &args.agent_file.agent {
         layers.push(reins_agent::agent_file_layer(path).map_err(def_err)?);

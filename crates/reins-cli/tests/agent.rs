@@ -214,8 +214,14 @@ fn a_session_resumed_with_no_flags_rebuilds_the_same_agent() {
     let id = outcome["session_id"].as_str().unwrap().to_owned();
     assert_eq!(outcome["instructions"].as_str().map(|s| s.ends_with("Be brief.")), Some(true), "{outcome}");
 
-    // From another directory, with no flag but the follow-up: the same agent.
+    // From another directory, with no flag but the follow-up: the same agent (a user config written since does
+    // not change it: the recorded agent is whole).
+    let config_home = dir.0.join("config");
+    std::fs::create_dir_all(config_home.join("reins")).unwrap();
+    std::fs::write(config_home.join("reins/config.toml"), "[limits]\nmax_tool_calls = 1\nmax_input_tokens = 5\n")
+        .unwrap();
     let out = reins(&dir)
+        .env("XDG_CONFIG_HOME", &config_home)
         .current_dir("/")
         .args(["run", "--resume", &id, "--output"])
         .arg(&out_file)

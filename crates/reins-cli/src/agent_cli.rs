@@ -151,19 +151,21 @@ pub fn resolve(args: &RunArgs, session: Option<(&str, AgentDef)>) -> Result<(Res
     Ok((resolved, recorded))
 }
 
-/// On `--resume`: says on stderr which recorded settings the flags or the agent file changed.
+/// On `--resume`: says on stderr which recorded settings the flags, a profile or the agent file changed.
 pub fn report_overrides(id: &str, recorded: &Resolved, now: &Resolved) {
     let before: std::collections::BTreeMap<String, serde_json::Value> =
         recorded.entries().into_iter().map(|e| (e.key, e.value)).collect();
+    let now_entries = now.entries();
     let mut changed = Vec::new();
-    for e in now.entries() {
-        if matches!(e.origin, Origin::Flag | Origin::AgentFile { .. }) && before.get(&e.key) != Some(&e.value) {
+    for e in &now_entries {
+        let overriding = !matches!(e.origin, Origin::Session { .. } | Origin::Default);
+        if overriding && before.get(&e.key) != Some(&e.value) {
             let was = before.get(&e.key).map_or_else(|| "unset".to_owned(), ToString::to_string);
             changed.push(format!("{} = {} (was {was})", e.key, e.value));
         }
     }
     for key in before.keys() {
-        if !now.entries().iter().any(|e| &e.key == key) {
+        if !now_entries.iter().any(|e| &e.key == key) {
             changed.push(format!("{key} unset"));
         }
     }

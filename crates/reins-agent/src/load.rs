@@ -21,9 +21,11 @@ pub const MAX_SCRIPT_BYTES: u64 = 64 << 20;
 
 /// Reads a UTF-8 text file of at most `max` bytes. Only a regular file is read: a directory, FIFO, device
 /// or socket is refused without blocking (it is opened non-blocking and checked before any read). The error
-/// says why without naming the file (the caller does).
+/// says why without naming the file (the caller does). The CLI reads the files its flags name with it too.
 pub fn read_bounded(path: &Path, max: u64) -> Result<String, String> {
     use std::os::unix::fs::OpenOptionsExt as _;
+    // O_NONBLOCK: opening a FIFO that no one writes returns at once (and is then refused) instead of waiting;
+    // O_NOCTTY: a terminal device never becomes the controlling terminal.
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
@@ -33,22 +35,30 @@ pub fn read_bounded(path: &Path, max: u64) -> Result<String, String> {
     if !meta.is_file() {
         return Err("not a regular file".into());
     }
-    let too_big = || {
-        if max >= 1 << 20 && max % (1 << 20) == 0 {
-            format!("larger than {} MiB", max >> 20)
-        } else {
-            format!("larger than {max} bytes")
-        }
-    };
     if meta.len() > max {
-        return Err(too_big());
+        return Err(too_big(max));
     }
+    read_capped(file, max)
+}
+
+/// Reads `input` (standard input, an opened file) to its end as UTF-8 text, refusing more than `max` bytes
+/// (never more than `max + 1` are read). The error says why.
+pub fn read_capped(input: impl Read, max: u64) -> Result<String, String> {
     let mut bytes = Vec::new();
-    file.take(max.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    input.take(max.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| e.to_string())?;
     if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > max {
-        return Err(too_big());
+        return Err(too_big(max));
     }
-    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".into())
+    String::from_utf8(bytes).map_err(|e| format!("not UTF-8 text ({e})"))
+}
+
+/// "larger than N MiB" for a whole number of MiB, else "larger than N bytes".
+fn too_big(max: u64) -> String {
+    if max >= 1 << 20 && max % (1 << 20) == 0 {
+        format!("larger than {} MiB", max >> 20)
+    } else {
+        format!("larger than {max} bytes")
+    }
 }
 
 /// Turns a path-tracking deserialization error into a [`DefError`] naming the key.
@@ -215,4 +225,42 @@ fn table_def(table: toml::Table, prefix: &str) -> Result<AgentDef, DefError> {
         d
     })?;
     Ok(def)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn special_and_oversized_files_are_refused() {
+        assert_eq!(read_bounded(Path::new("/dev/zero"), MAX_SCRIPT_BYTES), Err("not a regular file".into()));
+        assert_eq!(read_bounded(Path::new("/dev/null"), MAX_SCRIPT_BYTES), Err("not a regular file".into()));
+        assert_eq!(read_bounded(Path::new("/"), MAX_SCRIPT_BYTES), Err("not a regular file".into()));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'x'; 2 << 20]).expect("write");
+        assert_eq!(read_bounded(&big, MAX_DEFINITION_BYTES), Err("larger than 1 MiB".into()));
+        assert_eq!(read_bounded(&big, 1000), Err("larger than 1000 bytes".into()));
+        assert_eq!(read_bounded(&big, MAX_SCRIPT_BYTES).map(|t| t.len()), Ok(2 << 20));
+        std::fs::write(&big, [0xff, 0xfe]).expect("write");
+        assert!(read_bounded(&big, MAX_DEFINITION_BYTES).is_err_and(|e| e.contains("UTF-8")));
+    }
+
+    proptest::proptest! {
+        /// Standard input (or any reader) gives its text whole when it is UTF-8 within the cap, else a clear
+        /// error; never more than the cap is kept.
+        #[test]
+        fn capped_reads_take_all_or_refuse(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64), cap in 0u64..80) {
+            match read_capped(&bytes[..], cap) {
+                Ok(text) => {
+                    proptest::prop_assert!(bytes.len() as u64 <= cap);
+                    proptest::prop_assert_eq!(text.as_bytes(), &bytes[..]);
+                }
+                Err(e) => proptest::prop_assert!(
+                    (bytes.len() as u64 > cap && e == format!("larger than {cap} bytes")) || std::str::from_utf8(&bytes).is_err(),
+                    "{}", e
+                ),
+            }
+        }
+    }
 }

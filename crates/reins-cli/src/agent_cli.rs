@@ -74,7 +74,7 @@ pub fn flags_layer(args: &RunArgs) -> Result<AgentDef, CliError> {
     d.instructions = i.instructions.clone();
     if let Some(path) = &i.instructions_file {
         // Read here too, so that a bad file is named by its flag (the agent reads it again when it is built).
-        crate::input::read_text(path, crate::input::MAX_PROMPT_BYTES)
+        reins_agent::read_bounded(path, crate::instructions_cli::MAX_PROMPT_BYTES)
             .map_err(|e| usage(format!("--instructions-file {}: {e}", path.display())))?;
         d.instructions_file = Some(reins_agent::absolute(path));
     }

@@ -8,7 +8,12 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::exit::{CliError, usage};
-use crate::input::{MAX_PROMPT_BYTES, read_capped, read_text};
+use reins_agent::{read_bounded, read_capped};
+
+/// The largest prompt (`--prompt-file FILE`, or `-` for standard input) and instructions file
+/// (`--instructions-file FILE`): 1 MiB. Files named on the command line are read with `reins-agent`'s bounded
+/// reader: opened non-blocking, regular files only, capped.
+pub const MAX_PROMPT_BYTES: u64 = reins_agent::MAX_INSTRUCTIONS_BYTES;
 
 /// Flags that say what the model is told, and where the prompt comes from.
 #[derive(Args, Debug, Default)]
@@ -34,7 +39,8 @@ pub struct InstructionFlags {
 pub fn prompt(given: Option<&str>, flags: &InstructionFlags) -> Result<Option<String>, CliError> {
     let (text, source) = match (&flags.prompt_file, given) {
         (Some(path), _) => (
-            read_text(path, MAX_PROMPT_BYTES).map_err(|e| usage(format!("--prompt-file {}: {e}", path.display())))?,
+            read_bounded(path, MAX_PROMPT_BYTES)
+                .map_err(|e| usage(format!("--prompt-file {}: {e}", path.display())))?,
             format!("--prompt-file {}", path.display()),
         ),
         (None, Some("-")) => (

@@ -38,7 +38,6 @@ macro_rules! errln {
 mod agent_cli;
 mod demo;
 mod exit;
-mod input;
 mod instructions_cli;
 mod mcp_cli;
 mod output;

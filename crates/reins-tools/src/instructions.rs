@@ -7,8 +7,6 @@
 
 use std::io::Read;
 
-use rustix::fs::{FileType, Mode, OFlags};
-
 use crate::command::CommandRunner;
 use crate::workspace::{RelPath, Workspace, WorkspaceError};
 
@@ -121,30 +119,24 @@ pub fn load_agents_md(ws: &Workspace, max_bytes: u64) -> AgentsMd {
         Ok(p) => p,
         Err(e) => return AgentsMd::Skipped { reason: e.to_string() },
     };
-    let fd = match ws.open_at(&path, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY, Mode::empty()) {
-        Ok(fd) => fd,
+    // The workspace's one open for reading: beneath the root, no symlink, non-blocking, regular files only.
+    let (file, size) = match ws.open_regular(&path) {
+        Ok(opened) => opened,
         Err(WorkspaceError::NotFound(_)) => return AgentsMd::Absent,
         Err(WorkspaceError::Symlink(_) | WorkspaceError::Outside(_)) => {
             return AgentsMd::Skipped { reason: "it is a symbolic link, and the workspace never follows links".into() };
         }
+        Err(WorkspaceError::IsADirectory(_)) => {
+            return AgentsMd::Skipped { reason: "it is a directory, not a regular file".into() };
+        }
+        Err(WorkspaceError::NotRegular { kind, .. }) => {
+            return AgentsMd::Skipped { reason: format!("it is a {kind}, not a regular file") };
+        }
         Err(e) => return AgentsMd::Skipped { reason: e.to_string() },
     };
-    let st = match rustix::fs::fstat(&fd) {
-        Ok(st) => st,
-        Err(e) => return AgentsMd::Skipped { reason: format!("cannot inspect it: {e}") },
-    };
-    let kind = FileType::from_raw_mode(st.st_mode);
-    if kind != FileType::RegularFile {
-        let what = crate::workspace::EntryKind::from_file_type(kind).describe();
-        return AgentsMd::Skipped { reason: format!("it is a {what}, not a regular file") };
-    }
-    if let Err(e) = rustix::fs::fcntl_setfl(&fd, OFlags::empty()) {
-        return AgentsMd::Skipped { reason: format!("cannot read it: {e}") };
-    }
-    let size = st.st_size.max(0) as u64;
     let mut buf = Vec::with_capacity(size.min(max_bytes) as usize);
     // Bounded even if the file grows between fstat and read.
-    if let Err(e) = std::fs::File::from(fd).take(max_bytes.saturating_add(1)).read_to_end(&mut buf) {
+    if let Err(e) = file.take(max_bytes.saturating_add(1)).read_to_end(&mut buf) {
         return AgentsMd::Skipped { reason: format!("cannot read it: {e}") };
     }
     let cut = buf.len() as u64 > max_bytes;

@@ -609,7 +609,7 @@ impl Workspace {
     }
 
     /// Opens `path` for reading as a regular file, refusing FIFOs, devices, sockets and directories.
-    fn open_regular(&self, path: &RelPath) -> Result<(File, u64)> {
+    pub(crate) fn open_regular(&self, path: &RelPath) -> Result<(File, u64)> {
         if path.is_root() {
             return Err(WorkspaceError::Root);
         }

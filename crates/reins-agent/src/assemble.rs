@@ -373,6 +373,7 @@ impl AgentDef {
             max_context,
             max_tool_result_chars: Some(usize::try_from(cut).unwrap_or(usize::MAX)),
             counter,
+            ..ContextConfig::default()
         })
     }
 

@@ -51,6 +51,16 @@ pub fn progress_line(event: &Event) -> Option<String> {
             let content = content.as_deref().map(preview).unwrap_or_default();
             format!("    ← {name} [{mark}] {duration_ms:.1} ms {content}")
         }
+        EventKind::CompactionStart { .. } => return None,
+        EventKind::CompactionEnd { items, chars_before, chars_after, duration_ms, fallback, .. } => {
+            let how = match fallback {
+                None => "summarized".to_owned(),
+                Some(why) => format!("left out (no summary: {})", preview(why)),
+            };
+            format!(
+                "  ⇊ compaction · {items} earlier items {how} · context {chars_before} → {chars_after} · {duration_ms:.1} ms"
+            )
+        }
         EventKind::LimitHit { status, detail } => format!("  limit hit ({status}): {detail}"),
         EventKind::RunEnd { .. } => return None,
     };

@@ -346,6 +346,9 @@ fn print_message(index: u64, m: &Message) {
             let mark = if r.is_error { "error" } else { "ok" };
             outln!("  [{index}] ← {} [{mark}] {}", one_line(&r.call_id), preview(&r.content));
         }
+        Message::Summary { content, replaces } => {
+            outln!("  [{index}] ⇊ compaction: replaces {replaces} earlier items: {}", preview(content));
+        }
     }
 }
 

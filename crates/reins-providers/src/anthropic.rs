@@ -48,7 +48,7 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
     let mut messages: Vec<Value> = Vec::with_capacity(req.messages.len());
     for m in req.messages.iter() {
         match m {
-            Message::User { content } => {
+            Message::User { content } | Message::Summary { content, .. } => {
                 if messages.last().is_some_and(|l| l["role"] == "user") {
                     push_user(&mut messages, json!({"type": "text", "text": content}));
                 } else {

@@ -19,7 +19,9 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
     }
     for m in req.messages.iter() {
         messages.push(match m {
-            Message::User { content } => json!({"role": "user", "content": content}),
+            Message::User { content } | Message::Summary { content, .. } => {
+                json!({"role": "user", "content": content})
+            }
             Message::Assistant { content, tool_calls } => {
                 let mut o = Map::new();
                 o.insert("role".into(), "assistant".into());

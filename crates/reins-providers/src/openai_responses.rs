@@ -17,7 +17,9 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
     let mut input = Vec::with_capacity(req.messages.len());
     for m in req.messages.iter() {
         match m {
-            Message::User { content } => input.push(json!({"type": "message", "role": "user", "content": content})),
+            Message::User { content } | Message::Summary { content, .. } => {
+                input.push(json!({"type": "message", "role": "user", "content": content}))
+            }
             Message::Assistant { content, tool_calls } => {
                 if !content.is_empty() || tool_calls.is_empty() {
                     input.push(json!({"type": "message", "role": "assistant", "content": content}));

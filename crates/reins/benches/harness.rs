@@ -7,6 +7,10 @@
 //!   `{"text":"hello"}`, then an answer; without a context budget, with a 32,000-char context budget and
 //!   8,000 chars per result, and with an observer collecting every event.
 //! - `W1-context-{250,1000,4000}` (µs per step): the same with the context budget at three lengths.
+//! - `W1-compact`, `W1-compact-{250,4000}` (µs per step): the W1 loop with the `summarize` strategy under a
+//!   4,000-char budget that forces a compaction every hundred steps or so, a scripted summarizer.
+//! - `prefix-stable-{drop,summarize}` (percent): over a 2000-step W1 run under a 32,000-char budget, the share
+//!   of requests (from the first that leaves something out on) whose messages start with the previous ones.
 //! - `W3-wall` (ms), `W3-rss-per-run` (kB): 1000 concurrent runs of 10 steps on a multi-thread runtime;
 //!   peak memory is measured in a fresh child process (the bench re-executes itself) so that memory the
 //!   allocator kept from earlier figures does not hide the peak.
@@ -22,9 +26,9 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use reins::{
-    Agent, CharCounter, ContextConfig, Event, Limits, Message, Model, ModelError, ModelRequest, ModelResponse,
-    ObserverError, Registry, ScriptedModel, Status, ToolCall, ToolContext, ToolError, ToolOutput, Transcript,
-    TypedTool,
+    Agent, CharCounter, ContextConfig, ContextStrategy, Event, Limits, Message, Model, ModelError, ModelRequest,
+    ModelResponse, ObserverError, Registry, ScriptedModel, Status, ToolCall, ToolContext, ToolError, ToolOutput,
+    Transcript, TypedTool,
 };
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -132,6 +136,15 @@ enum Variant {
     Plain,
     Context,
     Observer,
+    Compact,
+}
+
+/// The budget of `W1-compact`: small enough that a 250-step run compacts several times.
+const COMPACT_BUDGET: u64 = 4_000;
+
+/// The scripted summarizer of `W1-compact`.
+fn summarizer() -> Arc<dyn Model> {
+    Arc::new(reins::FnModel::new(|_r: &ModelRequest| Ok(ModelResponse::text("the task goes on: keep echoing hello"))))
 }
 
 fn context(variant: Variant) -> ContextConfig {
@@ -140,6 +153,14 @@ fn context(variant: Variant) -> ContextConfig {
             max_context: Some(32_000),
             max_tool_result_chars: Some(8_000),
             counter: Arc::new(CharCounter),
+            ..ContextConfig::default()
+        },
+        Variant::Compact => ContextConfig {
+            max_context: Some(COMPACT_BUDGET),
+            max_tool_result_chars: Some(8_000),
+            counter: Arc::new(CharCounter),
+            strategy: ContextStrategy::Summarize,
+            ..ContextConfig::default()
         },
         Variant::Plain | Variant::Observer => ContextConfig { max_context: None, ..ContextConfig::default() },
     }
@@ -152,6 +173,9 @@ fn agent(
     sink: Option<Arc<Mutex<Vec<Event>>>>,
 ) -> Agent {
     let mut b = Agent::builder(model).registry(registry.clone()).limits(Limits::unlimited()).context(context(variant));
+    if variant == Variant::Compact {
+        b = b.compact_model(summarizer());
+    }
     if let Some(sink) = sink {
         b = b.observer(move |e: &Event| {
             sink.lock().map_err(|_| ObserverError("poisoned".into()))?.push(e.clone());
@@ -179,6 +203,9 @@ fn w1_once(
     let t0 = cpu_now();
     let outcome = rt.block_on(agent.run("Say hello through the echo tool, again and again.", CancellationToken::new()));
     let elapsed = cpu_now() - t0;
+    if variant == Variant::Compact && outcome.compactions < 2 {
+        fail(&format!("W1-compact compacted {} times in {steps} steps", outcome.compactions));
+    }
     if outcome.status != Status::Completed || outcome.tool_calls != steps as u64 {
         fail(&format!("W1 run ended {:?} after {} calls: {:?}", outcome.status, outcome.tool_calls, outcome.error));
     }
@@ -191,6 +218,36 @@ fn w1_once(
     }
     drop(black_box(outcome));
     elapsed * 1e6 / steps as f64
+}
+
+/// The share (percent) of the requests of a 2000-step run under a 32,000-char budget, from the first that
+/// leaves something out on, whose messages start with the previous request's messages.
+fn prefix_stable(rt: &tokio::runtime::Runtime, registry: &Arc<Registry>, strategy: ContextStrategy) -> f64 {
+    const STEPS: usize = 2000;
+    let model = Arc::new(ScriptedModel::new(script(STEPS)));
+    let ctx = ContextConfig { max_context: Some(32_000), strategy, ..ContextConfig::default() };
+    let agent = match Agent::builder_shared(model.clone())
+        .registry(registry.clone())
+        .limits(Limits::unlimited())
+        .context(ctx)
+        .compact_model(summarizer())
+        .build()
+    {
+        Ok(a) => a,
+        Err(e) => fail(&format!("agent: {e}")),
+    };
+    let outcome = rt.block_on(agent.run("Say hello through the echo tool, again and again.", CancellationToken::new()));
+    if outcome.status != Status::Completed {
+        fail(&format!("prefix-stable run ended {:?}: {:?}", outcome.status, outcome.error));
+    }
+    let reqs: Vec<Vec<Message>> = model.requests().iter().map(|r| r.messages.to_vec()).collect();
+    let Some(first) = reqs.iter().position(|r| r.get(1).is_some_and(|m| m.role() == "summary")) else {
+        fail("prefix-stable: nothing was ever left out");
+    };
+    let pairs = reqs[first..].windows(2);
+    let n = pairs.len();
+    let stable = pairs.filter(|w| w[1].len() >= w[0].len() && w[1][..w[0].len()] == w[0][..]).count();
+    100.0 * stable as f64 / n.max(1) as f64
 }
 
 fn w1(rt: &tokio::runtime::Runtime, registry: &Arc<Registry>, steps: usize, variant: Variant, record: bool) -> f64 {
@@ -431,9 +488,20 @@ fn main() {
         ("W1-context-250", 250, Variant::Context),
         ("W1-context-1000", 1000, Variant::Context),
         ("W1-context-4000", 4000, Variant::Context),
+        ("W1-compact", 1000, Variant::Compact),
+        ("W1-compact-250", 250, Variant::Compact),
+        ("W1-compact-4000", 4000, Variant::Compact),
     ] {
         if wants(id) {
             emit(id, w1(&current, &registry, steps, variant, record), "us_per_step");
+        }
+    }
+
+    for (id, strategy) in
+        [("prefix-stable-drop", ContextStrategy::Drop), ("prefix-stable-summarize", ContextStrategy::Summarize)]
+    {
+        if wants(id) {
+            emit(id, prefix_stable(&current, &registry, strategy), "percent");
         }
     }
 

@@ -88,11 +88,56 @@ pub struct ContextConfig {
     pub max_tool_result_chars: Option<usize>,
     /// The unit of `max_context`.
     pub counter: Arc<dyn TokenCounter>,
+    /// What happens when the context fills up (only under a budget). Default [`ContextStrategy::Drop`].
+    pub strategy: ContextStrategy,
+    /// Under `summarize`: the share of `max_context` past which the oldest groups are compacted. Default
+    /// 0.8; it must lie in (0, 1].
+    pub compact_at: f64,
+    /// Under `summarize`: the instructions of a summary call (`None`: [`DEFAULT_SUMMARY_PROMPT`]).
+    pub summary_prompt: Option<Arc<str>>,
+    /// Under `summarize`: the longest a summary call may take before the compaction falls back to the
+    /// marker. Default 120 s; `None`: no limit of its own (the run's deadline still applies).
+    pub summary_timeout: Option<std::time::Duration>,
 }
+
+/// How the context is kept within its budget.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContextStrategy {
+    /// The first message, then the newest whole groups that fit, after a marker item saying how many
+    /// earlier groups were left out.
+    #[default]
+    Drop,
+    /// Past `compact_at` of the budget, the oldest groups are replaced by a summary (an item of the
+    /// transcript) made by a model call; a failed or overlong summary falls back to the marker of `drop`.
+    Summarize,
+}
+
+impl std::str::FromStr for ContextStrategy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "drop" => Ok(ContextStrategy::Drop),
+            "summarize" => Ok(ContextStrategy::Summarize),
+            other => Err(format!("unknown context strategy {other:?} (expected drop or summarize)")),
+        }
+    }
+}
+
+/// The built-in instructions of a summary call.
+pub const DEFAULT_SUMMARY_PROMPT: &str = "You compact the history of an agent's run so that it can go on with its task in less context. You are given the task, the summary of the earlier history if there is one, and the turns to compact. Write one concise summary, in plain text, that keeps: the task and its constraints; the plan and the decisions made, with their reasons; the files, commands and resources touched, with their current state; the results that still matter (exact names, paths, numbers); and what remains to be done next. Do not call tools. Write only the summary.";
 
 impl Default for ContextConfig {
     fn default() -> Self {
-        Self { max_context: None, max_tool_result_chars: Some(32_000), counter: Arc::new(CharCounter) }
+        Self {
+            max_context: None,
+            max_tool_result_chars: Some(32_000),
+            counter: Arc::new(CharCounter),
+            strategy: ContextStrategy::Drop,
+            compact_at: 0.8,
+            summary_prompt: None,
+            summary_timeout: Some(std::time::Duration::from_secs(120)),
+        }
     }
 }
 
@@ -102,6 +147,8 @@ impl std::fmt::Debug for ContextConfig {
             .field("max_context", &self.max_context)
             .field("max_tool_result_chars", &self.max_tool_result_chars)
             .field("unit", &self.counter.unit())
+            .field("strategy", &self.strategy)
+            .field("compact_at", &self.compact_at)
             .finish()
     }
 }

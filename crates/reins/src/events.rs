@@ -87,6 +87,33 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         content: Option<String>,
     },
+    /// A compaction begins (the `summarize` context strategy): a summary call is made.
+    CompactionStart {
+        /// The steps made so far (a compaction is not a step).
+        step: u64,
+        /// How many transcript items it would replace.
+        items: u64,
+        /// The size of what the model would have seen, in the context budget's unit.
+        chars_before: u64,
+    },
+    /// A compaction was recorded.
+    CompactionEnd {
+        /// The steps made so far.
+        step: u64,
+        /// How many transcript items it replaces.
+        items: u64,
+        /// The size of what the model would have seen before it.
+        chars_before: u64,
+        /// The size of what the model sees after it.
+        chars_after: u64,
+        /// How long the summary call took.
+        duration_ms: f64,
+        /// The summary call's reported usage, if any.
+        usage: Option<Usage>,
+        /// Why the summary was not used and the marker of left-out groups was recorded instead.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fallback: Option<String>,
+    },
     /// A limit ended the run.
     LimitHit {
         /// The status it ends with.
@@ -106,6 +133,9 @@ pub enum EventKind {
         usage: UsageTotals,
         /// Wall time of the run.
         duration_ms: f64,
+        /// Compactions recorded by the run.
+        #[serde(default)]
+        compactions: u64,
         /// What went wrong, if anything.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,

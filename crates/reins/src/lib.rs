@@ -41,9 +41,12 @@ pub mod validate;
 
 #[cfg(feature = "tiktoken")]
 pub use context::TiktokenCounter;
-pub use context::{CharCounter, ContextConfig, ContextError, TokenCounter, bound_text, bound_to_units};
+pub use context::{
+    CharCounter, ContextConfig, ContextError, ContextStrategy, DEFAULT_SUMMARY_PROMPT, TokenCounter, bound_text,
+    bound_to_units,
+};
 pub use engine::driver::{Agent, AgentBuilder};
-pub use engine::state::{Action, Admission, Batch, CallResult, Plan, PlannedCall, RunState};
+pub use engine::state::{Action, Admission, Batch, CallResult, Compaction, Plan, PlannedCall, RunState};
 pub use events::{EVENT_VERSION, Event, EventKind, Observer, ObserverError};
 pub use journal::{Journal, JournalError, RunJournal};
 pub use limits::{ConfigError, DurationError, Limits, MIN_DURATION, parse_duration};
@@ -54,6 +57,6 @@ pub use policy::{Decision, Policy};
 pub use registry::{CallError, Registry, RegistryBuilder, RegistryError, ToolSource, is_valid_tool_name};
 pub use testing::{FnModel, ScriptError, ScriptStep, ScriptedModel, parse_script};
 pub use tool::{FnTool, Tool, ToolContext, ToolError, ToolOutput, ToolSpec, Typed, TypedTool, typed};
-pub use transcript::{Transcript, TranscriptError};
+pub use transcript::{Transcript, TranscriptError, drop_marker};
 pub use usage::{Usage, UsageTotals};
 pub use validate::{ArgumentError, MAX_SAFE_INTEGER, ResponseError, check_response, parse_response};

@@ -39,7 +39,9 @@ pub struct ToolResult {
 /// One item of a transcript.
 ///
 /// Serialized as `{"role": "user", "content"}`, `{"role": "assistant", "content", "tool_calls"}` (no
-/// `tool_calls` key when there are none) or `{"role": "tool", "call_id", "content", "is_error"}`.
+/// `tool_calls` key when there are none), `{"role": "tool", "call_id", "content", "is_error"}` or
+/// `{"role": "summary", "content", "replaces"}` (a compaction: it stands for the `replaces` items right
+/// after the first message; adapters send it as a user message).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
 pub enum Message {
@@ -59,6 +61,15 @@ pub enum Message {
     /// The result of one tool call.
     #[serde(rename = "tool")]
     ToolResult(ToolResult),
+    /// A compaction: the summary of (or, when no summary could be made, a marker for) the `replaces`
+    /// items that follow the first message. From it on, the model sees the first message, this item and
+    /// what comes after the items it replaces.
+    Summary {
+        /// What the model is shown in place of the replaced items.
+        content: String,
+        /// How many items, counted from the one after the first message, it stands for.
+        replaces: u64,
+    },
 }
 
 impl Message {
@@ -77,19 +88,22 @@ impl Message {
         Message::ToolResult(ToolResult { call_id: call_id.into(), content: content.into(), is_error })
     }
 
-    /// The role name used in the serialized form: `user`, `assistant` or `tool`.
+    /// The role name used in the serialized form: `user`, `assistant`, `tool` or `summary`.
     pub fn role(&self) -> &'static str {
         match self {
             Message::User { .. } => "user",
             Message::Assistant { .. } => "assistant",
             Message::ToolResult(_) => "tool",
+            Message::Summary { .. } => "summary",
         }
     }
 
     /// The message's text content.
     pub fn content(&self) -> &str {
         match self {
-            Message::User { content } | Message::Assistant { content, .. } => content,
+            Message::User { content } | Message::Assistant { content, .. } | Message::Summary { content, .. } => {
+                content
+            }
             Message::ToolResult(r) => &r.content,
         }
     }

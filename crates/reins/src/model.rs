@@ -17,8 +17,13 @@ use crate::usage::Usage;
 #[derive(Clone, Debug, Default)]
 pub struct Conversation {
     items: imbl::Vector<Arc<Message>>,
-    /// 0: all of `items`. Otherwise `items[0]` followed by `items[start..]`.
+    /// 0: all of `items`. Otherwise `items[0]`, then `head` if any, then `items[start..]` without
+    /// `items[skip]`.
     start: usize,
+    /// An item shown right after the first message (a summary, or the marker of left-out groups).
+    head: Option<Arc<Message>>,
+    /// The index of an item of `items[start..]` left out (the summary shown as `head`); `usize::MAX`: none.
+    skip: usize,
 }
 
 impl PartialEq for Conversation {
@@ -29,23 +34,39 @@ impl PartialEq for Conversation {
 
 impl Conversation {
     pub(crate) fn from_vector(items: imbl::Vector<Arc<Message>>) -> Self {
-        Self { items, start: 0 }
+        Self { items, start: 0, head: None, skip: usize::MAX }
     }
 
     /// `items[0]` followed by `items[start..]` (all of `items` when `start` is 0 or 1).
     pub(crate) fn first_and_from(items: imbl::Vector<Arc<Message>>, start: usize) -> Self {
         let start = if start <= 1 { 0 } else { start.min(items.len()) };
-        Self { items, start }
+        Self { items, start, head: None, skip: usize::MAX }
+    }
+
+    /// `items[0]`, then `head`, then `items[start..]` without `items[skip]` (when `skip` lies there). O(1).
+    pub(crate) fn first_head_from(
+        items: imbl::Vector<Arc<Message>>,
+        head: Arc<Message>,
+        start: usize,
+        skip: Option<usize>,
+    ) -> Self {
+        let start = start.clamp(1, items.len().max(1));
+        let skip = skip.filter(|&k| k >= start && k < items.len()).unwrap_or(usize::MAX);
+        Self { items, start, head: Some(head), skip }
     }
 
     /// A conversation holding the given messages.
     pub fn from_messages(messages: impl IntoIterator<Item = Message>) -> Self {
-        Self { items: messages.into_iter().map(Arc::new).collect(), start: 0 }
+        Self::from_vector(messages.into_iter().map(Arc::new).collect())
     }
 
     /// How many messages it holds.
     pub fn len(&self) -> usize {
-        if self.start == 0 { self.items.len() } else { 1 + self.items.len() - self.start }
+        if self.start == 0 {
+            return self.items.len();
+        }
+        let rest = self.items.len().saturating_sub(self.start) - usize::from(self.skip != usize::MAX);
+        usize::from(!self.items.is_empty()) + usize::from(self.head.is_some()) + rest
     }
 
     /// True when it holds no message.
@@ -55,18 +76,37 @@ impl Conversation {
 
     /// The message at `index`.
     pub fn get(&self, index: usize) -> Option<&Message> {
-        let i = if self.start == 0 || index == 0 { index } else { self.start + index - 1 };
+        if self.start == 0 || index == 0 {
+            return self.items.get(index).map(|m| m.as_ref());
+        }
+        let mut r = index - 1;
+        if let Some(h) = &self.head {
+            if r == 0 {
+                return Some(h.as_ref());
+            }
+            r -= 1;
+        }
+        let mut i = self.start.checked_add(r)?;
+        if i >= self.skip {
+            i = i.checked_add(1)?;
+        }
         self.items.get(i).map(|m| m.as_ref())
     }
 
     /// The messages in order.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Message> + ExactSizeIterator {
-        let (first, rest) = if self.start == 0 {
-            (None, self.items.focus())
+        let focus = self.items.focus();
+        let empty = || self.items.focus().narrow(0..0).into_iter();
+        if self.start == 0 {
+            return ConversationIter { first: None, head: None, rest: focus.into_iter(), tail: empty() };
+        }
+        let n = self.items.len();
+        let (rest, tail) = if self.skip == usize::MAX {
+            (focus.narrow(self.start..n).into_iter(), empty())
         } else {
-            (self.items.front().map(|m| m.as_ref()), self.items.focus().narrow(self.start..))
+            (focus.narrow(self.start..self.skip).into_iter(), self.items.focus().narrow(self.skip + 1..n).into_iter())
         };
-        ConversationIter { first, rest: rest.into_iter() }
+        ConversationIter { first: self.items.front().map(|m| m.as_ref()), head: self.head.as_deref(), rest, tail }
     }
 
     /// The last message.
@@ -80,26 +120,41 @@ impl Conversation {
     }
 }
 
-/// The messages of a [`Conversation`] in order: maybe the first message, then a range of the rest.
+type Items<'a> = imbl::vector::Iter<'a, Arc<Message>, imbl::shared_ptr::DefaultSharedPtr>;
+
+/// The messages of a [`Conversation`] in order: maybe the first message and a head item, then up to two
+/// ranges of the rest.
 struct ConversationIter<'a> {
     first: Option<&'a Message>,
-    rest: imbl::vector::Iter<'a, Arc<Message>, imbl::shared_ptr::DefaultSharedPtr>,
+    head: Option<&'a Message>,
+    rest: Items<'a>,
+    tail: Items<'a>,
 }
 
 impl<'a> Iterator for ConversationIter<'a> {
     type Item = &'a Message;
     fn next(&mut self) -> Option<&'a Message> {
-        self.first.take().or_else(|| self.rest.next().map(|m| m.as_ref()))
+        self.first
+            .take()
+            .or_else(|| self.head.take())
+            .or_else(|| self.rest.next().map(|m| m.as_ref()))
+            .or_else(|| self.tail.next().map(|m| m.as_ref()))
     }
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = usize::from(self.first.is_some()) + self.rest.len();
+        let n =
+            usize::from(self.first.is_some()) + usize::from(self.head.is_some()) + self.rest.len() + self.tail.len();
         (n, Some(n))
     }
 }
 
 impl DoubleEndedIterator for ConversationIter<'_> {
     fn next_back(&mut self) -> Option<Self::Item> {
-        self.rest.next_back().map(|m| m.as_ref()).or_else(|| self.first.take())
+        self.tail
+            .next_back()
+            .map(|m| m.as_ref())
+            .or_else(|| self.rest.next_back().map(|m| m.as_ref()))
+            .or_else(|| self.head.take())
+            .or_else(|| self.first.take())
     }
 }
 

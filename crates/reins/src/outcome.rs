@@ -73,6 +73,9 @@ pub struct Outcome {
     /// The instructions the model was given with every call (`null` when none).
     #[serde(default)]
     pub instructions: Option<String>,
+    /// Compactions recorded by the run (the `summarize` context strategy).
+    #[serde(default)]
+    pub compactions: u64,
     /// The whole transcript: every assistant tool call has exactly one result.
     pub messages: Vec<Message>,
 }

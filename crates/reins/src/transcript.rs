@@ -34,6 +34,8 @@ pub struct Transcript {
     pending: Vec<String>,
     /// How many of `pending` have a result.
     answered: usize,
+    /// The newest summary item: `(its index, the index of the first item it does not replace)`.
+    summary: Option<(usize, usize)>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -86,7 +88,14 @@ impl Transcript {
         let size = measure(&first, counter);
         let mut messages = imbl::Vector::new();
         messages.push_back(Arc::new(first));
-        Transcript { messages, prefix: vec![0, size], group_starts: Vec::new(), pending: Vec::new(), answered: 0 }
+        Transcript {
+            messages,
+            prefix: vec![0, size],
+            group_starts: Vec::new(),
+            pending: Vec::new(),
+            answered: 0,
+            summary: None,
+        }
     }
 
     /// Checks and measures a list of messages. Orphan results, results out of call order, duplicate call
@@ -115,8 +124,14 @@ impl Transcript {
         }
         let mut messages = imbl::Vector::new();
         messages.push_back(Arc::new(first));
-        let mut t =
-            Transcript { messages, prefix: vec![0, size], group_starts: Vec::new(), pending: Vec::new(), answered: 0 };
+        let mut t = Transcript {
+            messages,
+            prefix: vec![0, size],
+            group_starts: Vec::new(),
+            pending: Vec::new(),
+            answered: 0,
+            summary: None,
+        };
         for (m, size) in items {
             t.append(m, size)?;
         }
@@ -146,6 +161,26 @@ impl Transcript {
                     self.pending.extend(tool_calls.iter().map(|c| c.id.clone()));
                 }
                 self.group_starts.push(index);
+            }
+            Message::Summary { replaces, .. } => {
+                if !self.is_complete() {
+                    return err(format!("a summary while call {:?} has no result", self.pending[self.answered]));
+                }
+                let boundary = usize::try_from(*replaces).ok().and_then(|r| r.checked_add(1)).unwrap_or(usize::MAX);
+                if boundary > index {
+                    return err(format!("a summary replaces {replaces} items; only {} precede it", index - 1));
+                }
+                if boundary < index && self.group_starts.binary_search(&boundary).is_err() {
+                    return err(format!("a summary replaces {replaces} items: item {boundary} does not start a group"));
+                }
+                if let Some((prev, _)) = self.summary {
+                    if boundary <= prev {
+                        return err(format!(
+                            "a summary replaces {replaces} items and leaves the earlier summary (item {prev}) in place"
+                        ));
+                    }
+                }
+                self.summary = Some((index, boundary));
             }
             Message::ToolResult(r) => match self.pending.get(self.answered) {
                 Some(id) if *id == r.call_id => self.answered += 1,
@@ -189,6 +224,81 @@ impl Transcript {
     pub fn push_result(&mut self, result: ToolResult, counter: &dyn TokenCounter) -> Result<(), TranscriptError> {
         let size = counter.count(&result.content);
         self.append(Message::ToolResult(result), size)
+    }
+
+    /// Appends a compaction: `content` stands for the `replaces` items after the first message. It must
+    /// come after a complete group, end on a group boundary and replace the previous summary too.
+    pub fn push_summary(
+        &mut self,
+        content: impl Into<String>,
+        replaces: u64,
+        counter: &dyn TokenCounter,
+    ) -> Result<(), TranscriptError> {
+        let m = Message::Summary { content: content.into(), replaces };
+        let size = measure(&m, counter);
+        self.append(m, size)
+    }
+
+    /// The newest summary: `(its index, the index of the first item it does not replace)`.
+    pub fn summary(&self) -> Option<(usize, usize)> {
+        self.summary
+    }
+
+    /// The size of what the model sees with no budget applied: the first message, the newest summary and
+    /// everything after what it replaces (the whole transcript when there is no summary). O(1).
+    pub fn view_size(&self) -> u64 {
+        match self.summary {
+            None => self.total(),
+            Some((_, b)) => self.first_size().saturating_add(self.total() - self.prefix[b]),
+        }
+    }
+
+    /// The group starts a compaction may cut at, and their sizes from there to the end: a cut at `g`
+    /// replaces items `1..g`. `g` lies after the newest summary and covers at least one item that is not a
+    /// summary; the newest group is never replaced. Picks the first cut whose rest is at most `rest`,
+    /// else the last possible one. `None`: nothing to compact.
+    pub fn compaction_cut(&self, rest: u64) -> Option<usize> {
+        if !self.is_complete() || matches!(self.last(), Some(Message::Summary { .. })) {
+            return None;
+        }
+        let (lo, min) = match self.summary {
+            None => (1, 2),
+            Some((k, b)) => (k + 1, if b == k { k + 2 } else { k + 1 }),
+        };
+        let from = self.group_starts.partition_point(|&g| g < lo.max(min));
+        let candidates = self.group_starts.get(from..)?;
+        let last = *candidates.last()?;
+        let total = self.total();
+        let i = candidates.partition_point(|&g| total - self.prefix[g] > rest);
+        Some(candidates.get(i).copied().unwrap_or(last))
+    }
+
+    /// What the model sees under the `summarize` strategy when a summary exists: the first message, the
+    /// newest summary, then the items it does not replace. A view built in O(1); `None` without a summary.
+    pub fn summary_view(&self) -> Option<Conversation> {
+        let (k, b) = self.summary?;
+        let head = Arc::clone(self.messages.get(k)?);
+        Some(Conversation::first_head_from(self.messages.clone(), head, b, Some(k)))
+    }
+
+    /// The items a cut at `g` replaces that are not summaries, with the newest summary they replace.
+    pub fn replaced(&self, g: usize) -> (Option<&Message>, Vec<&Message>) {
+        let lo = self.summary.map_or(1, |(_, b)| b);
+        let prev = self.summary.and_then(|(k, _)| (k < g).then(|| self.messages.get(k).map(|m| m.as_ref())).flatten());
+        let items = self
+            .messages
+            .iter()
+            .take(g)
+            .skip(lo)
+            .map(|m| m.as_ref())
+            .filter(|m| !matches!(m, Message::Summary { .. }))
+            .collect();
+        (prev, items)
+    }
+
+    /// How many groups start in `lo..hi`.
+    pub fn groups_between(&self, lo: usize, hi: usize) -> usize {
+        self.group_starts.partition_point(|&g| g < hi) - self.group_starts.partition_point(|&g| g < lo)
     }
 
     /// True when every call has its result.
@@ -272,5 +382,43 @@ impl Transcript {
         }
         // A view: the first message, then the messages from `start` on; nothing is copied.
         Ok(Conversation::first_and_from(self.messages.clone(), self.group_starts[j]))
+    }
+
+    /// Like [`Transcript::select`] (the `drop` strategy), but when earlier groups are left out the model
+    /// is told: a marker item (a [`Message::Summary`] of the view, never recorded) saying how many follows
+    /// the first message, and its size is taken from the budget. O(log n).
+    pub fn select_marked(&self, budget: Option<u64>, counter: &dyn TokenCounter) -> Result<Conversation, ContextError> {
+        let unit = counter.unit();
+        let plain = self.select(budget, unit)?;
+        let Some(budget) = budget else { return Ok(plain) };
+        if plain.len() == self.messages.len() {
+            return Ok(plain);
+        }
+        // Room for the widest marker this transcript could need, so that the count never changes the fit.
+        let reserve = measure(&drop_marker(self.group_starts.len(), self.messages.len()), counter);
+        let inner = budget.saturating_sub(reserve);
+        let first = self.first_size();
+        let total = self.total();
+        let j = self.group_starts.partition_point(|&g| first.saturating_add(total - self.prefix[g]) > inner);
+        let Some(&start) = self.group_starts.get(j) else {
+            let newest = self.group_starts.last().copied().unwrap_or(1);
+            let group = total - self.prefix[newest];
+            return Err(ContextError(format!(
+                "the newest group ({} messages, {group} {unit}) plus the first user message ({first} {unit}) and the marker of left-out groups ({reserve} {unit}) exceeds the context budget ({budget} {unit})",
+                self.messages.len() - newest
+            )));
+        };
+        let marker = Arc::new(drop_marker(j, start - 1));
+        Ok(Conversation::first_head_from(self.messages.clone(), marker, start, None))
+    }
+}
+
+/// The item that tells the model `groups` earlier groups (`items` items) were left out.
+pub fn drop_marker(groups: usize, items: usize) -> Message {
+    Message::Summary {
+        content: format!(
+            "[{groups} earlier groups of this conversation ({items} items) were left out to fit the context; their content is not available]"
+        ),
+        replaces: items as u64,
     }
 }

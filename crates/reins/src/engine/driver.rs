@@ -37,6 +37,7 @@ use crate::tool::{ToolContext, ToolError};
 /// ```
 pub struct Agent {
     model: Arc<dyn Model>,
+    compact_model: Option<Arc<dyn Model>>,
     instructions: Option<Arc<str>>,
     registry: Arc<Registry>,
     tool_source: Option<Arc<dyn ToolSource>>,
@@ -63,6 +64,11 @@ impl AgentBuilder {
     pub fn instructions(mut self, text: impl Into<String>) -> Self {
         let text: String = text.into();
         self.agent.instructions = (!text.is_empty()).then(|| Arc::from(text));
+        self
+    }
+    /// The model that writes summaries under the `summarize` context strategy (default: the run's own).
+    pub fn compact_model(mut self, model: Arc<dyn Model>) -> Self {
+        self.agent.compact_model = Some(model);
         self
     }
     /// The tools.
@@ -132,6 +138,10 @@ impl AgentBuilder {
         }
         if self.agent.context.max_context == Some(0) {
             return Err(ConfigError("the context budget must be at least 1".into()));
+        }
+        let at = self.agent.context.compact_at;
+        if !(at.is_finite() && at > 0.0 && at <= 1.0) {
+            return Err(ConfigError(format!("compact_at must lie in (0, 1], not {at}")));
         }
         Ok(self.agent)
     }
@@ -209,6 +219,7 @@ impl Agent {
         AgentBuilder {
             agent: Agent {
                 model,
+                compact_model: None,
                 instructions: None,
                 registry: Arc::new(Registry::empty()),
                 tool_source: None,
@@ -264,6 +275,7 @@ impl Agent {
             run_id: String::new(),
             session_id: None,
             instructions: self.instructions.as_deref().map(str::to_owned),
+            compactions: 0,
             messages: vec![Message::user(prompt)],
         }
     }
@@ -413,6 +425,80 @@ impl Agent {
                         }
                     }
                 }
+                Action::Compact(request, plan) => {
+                    if let Some(i) = interrupted(false) {
+                        self.stop(&mut state, &mut emitter, &run_cancel, i);
+                        continue;
+                    }
+                    if let Some(j) = &journal {
+                        if let Err(e) = j.flush().await {
+                            run_cancel.cancel();
+                            state.interrupt(Status::Aborted, e.to_string(), &self.context);
+                            continue;
+                        }
+                    }
+                    let step = state.steps();
+                    emitter.emit(EventKind::CompactionStart {
+                        step,
+                        items: plan.items,
+                        chars_before: plan.chars_before,
+                    });
+                    let model = self.compact_model.as_ref().unwrap_or(&self.model);
+                    let t0 = Instant::now();
+                    let call = AssertUnwindSafe(model.generate(&request, &run_cancel)).catch_unwind();
+                    let limit = self.context.summary_timeout;
+                    let timeout = async move {
+                        match limit {
+                            Some(d) => tokio::time::sleep(d).await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    let result = tokio::select! {
+                        biased;
+                        _ = &mut cancelled => Err(Interrupt::Cancelled),
+                        _ = &mut deadline_sleep => Err(Interrupt::Deadline),
+                        () = timeout => Ok(Err(crate::model::ModelError::Failed(format!(
+                            "the summary call timed out after {}",
+                            limit.map_or_else(String::new, |d| humantime::format_duration(d).to_string())
+                        )))),
+                        r = call => Ok(match r {
+                            Ok(r) => r,
+                            Err(panic) => Err(crate::model::ModelError::Failed(format!(
+                                "the model panicked: {}",
+                                panic_message(&panic)
+                            ))),
+                        }),
+                    };
+                    drop(request);
+                    let response = match result {
+                        Ok(_) if cancel.is_cancelled() => {
+                            self.stop(&mut state, &mut emitter, &run_cancel, Interrupt::Cancelled);
+                            continue;
+                        }
+                        Err(i) => {
+                            self.stop(&mut state, &mut emitter, &run_cancel, i);
+                            continue;
+                        }
+                        Ok(r) => r,
+                    };
+                    let elapsed = t0.elapsed();
+                    let usage = response.as_ref().ok().and_then(|r| r.usage);
+                    if let Some(done) = state.on_compaction_response(response, &self.context) {
+                        emitter.emit(EventKind::CompactionEnd {
+                            step,
+                            items: done.items,
+                            chars_before: done.chars_before,
+                            chars_after: done.chars_after,
+                            duration_ms: ms(elapsed),
+                            usage,
+                            fallback: done.fallback,
+                        });
+                    }
+                    if let Some(Status::TokenLimit) = state.status() {
+                        let detail = state.outcome().error.unwrap_or_default();
+                        emitter.emit(EventKind::LimitHit { status: Status::TokenLimit, detail });
+                    }
+                }
                 Action::RunTools(batch) => {
                     // Borrowed from the state (not copied) until the results are recorded.
                     let batch: Vec<PlannedCall<'_>> = batch.iter().collect();
@@ -500,6 +586,7 @@ impl Agent {
             tool_calls: outcome.tool_calls,
             usage: outcome.usage,
             duration_ms: ms(started.elapsed()),
+            compactions: outcome.compactions,
             error: outcome.error.clone(),
             session_id,
         });

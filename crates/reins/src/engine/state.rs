@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::context::{ContextConfig, bound_text, bound_to_units, fair_shares};
+use crate::context::{ContextConfig, ContextStrategy, DEFAULT_SUMMARY_PROMPT, bound_text, bound_to_units, fair_shares};
 use crate::limits::{ConfigError, Limits};
 use crate::message::{Message, ToolCall, ToolResult};
 use crate::model::{ModelError, ModelRequest, ModelResponse};
@@ -81,8 +81,20 @@ pub struct CallResult {
 #[serde(tag = "phase", rename_all = "snake_case")]
 enum Phase {
     Ready,
-    AwaitingTools { plans: Vec<Plan>, assistant_size: u64 },
-    Done { status: Status, answer: Option<String>, error: Option<String> },
+    AwaitingTools {
+        plans: Vec<Plan>,
+        assistant_size: u64,
+    },
+    /// A summary call is due or under way: it replaces items `1..upto`.
+    Compacting {
+        upto: usize,
+        chars_before: u64,
+    },
+    Done {
+        status: Status,
+        answer: Option<String>,
+        error: Option<String>,
+    },
 }
 
 /// What the driver should do next.
@@ -92,8 +104,24 @@ pub enum Action<'a> {
     CallModel(ModelRequest),
     /// Run this batch, then report with [`RunState::record_batch`].
     RunTools(Batch<'a>),
+    /// Ask for a summary with this request (the `summarize` strategy), then report with
+    /// [`RunState::on_compaction_response`]. Not a step: it does not count towards `max_steps`.
+    Compact(ModelRequest, Compaction),
     /// The run is over; [`RunState::outcome`] tells how.
     Finished,
+}
+
+/// A compaction as the state machine plans or records it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compaction {
+    /// How many transcript items the summary stands for (those after the first message).
+    pub items: u64,
+    /// The size of what the model would have seen before it, in the counter's unit.
+    pub chars_before: u64,
+    /// The size after it (0 until it is recorded).
+    pub chars_after: u64,
+    /// Why the summary was not used and the marker of left-out groups was recorded instead.
+    pub fallback: Option<String>,
 }
 
 /// What a model response led to.
@@ -139,6 +167,9 @@ pub struct RunState {
     steps: u64,
     tool_calls: u64,
     usage: UsageTotals,
+    /// Compactions recorded by this run.
+    #[serde(default)]
+    compactions: u64,
     phase: Phase,
 }
 
@@ -166,6 +197,7 @@ impl RunState {
             steps: 0,
             tool_calls: 0,
             usage: UsageTotals::default(),
+            compactions: 0,
             phase: Phase::Ready,
         })
     }
@@ -198,6 +230,7 @@ impl RunState {
             steps: 0,
             tool_calls: 0,
             usage: UsageTotals::default(),
+            compactions: 0,
             phase: Phase::Ready,
         })
     }
@@ -266,6 +299,11 @@ impl RunState {
         self.tool_calls
     }
 
+    /// Compactions recorded by this run.
+    pub fn compactions(&self) -> u64 {
+        self.compactions
+    }
+
     /// Usage so far.
     pub fn usage(&self) -> &UsageTotals {
         &self.usage
@@ -323,7 +361,28 @@ impl RunState {
                     Some(budget - fixed)
                 }
             };
-            match self.transcript.select(budget, ctx.counter.unit()) {
+            if let (ContextStrategy::Summarize, Some(full)) = (ctx.strategy, ctx.max_context) {
+                if let Some((request, plan)) = self.plan_compaction(full, fixed, ctx) {
+                    return Action::Compact(request, plan);
+                }
+            }
+            let selected = match (ctx.strategy, budget, self.transcript.summary_view()) {
+                (_, None, _) => self.transcript.select(None, ctx.counter.unit()),
+                (ContextStrategy::Summarize, Some(budget), Some(view)) => {
+                    let size = self.transcript.view_size();
+                    if size > budget {
+                        Err(crate::context::ContextError(format!(
+                            "the first user message, the newest summary and what follows it ({size} {}) exceed the context budget ({budget} {})",
+                            ctx.counter.unit(),
+                            ctx.counter.unit()
+                        )))
+                    } else {
+                        Ok(view)
+                    }
+                }
+                (_, Some(budget), _) => self.transcript.select_marked(Some(budget), ctx.counter.as_ref()),
+            };
+            match selected {
                 Ok(messages) => {
                     return Action::CallModel(ModelRequest {
                         instructions: self.instructions.clone(),
@@ -343,6 +402,14 @@ impl RunState {
             }
         }
         match &self.phase {
+            Phase::Compacting { upto, chars_before } => {
+                let (upto, chars_before) = (*upto, *chars_before);
+                let request = self.compaction_request(upto, ctx);
+                Action::Compact(
+                    request,
+                    Compaction { items: upto as u64 - 1, chars_before, chars_after: 0, fallback: None },
+                )
+            }
             Phase::AwaitingTools { plans, .. } => {
                 // The batch is the newest turn's calls: nothing of it is recorded yet but that turn.
                 let calls = self.transcript.last().map_or(&[][..], Message::tool_calls);
@@ -350,6 +417,144 @@ impl RunState {
             }
             _ => Action::Finished,
         }
+    }
+
+    /// The most a summary may take, in the counter's unit: a quarter of the compaction threshold.
+    fn max_summary(full: u64, ctx: &ContextConfig) -> u64 {
+        (Self::threshold(full, ctx) / 4).max(1)
+    }
+
+    fn threshold(full: u64, ctx: &ContextConfig) -> u64 {
+        let at = if ctx.compact_at.is_finite() && ctx.compact_at > 0.0 { ctx.compact_at.min(1.0) } else { 0.8 };
+        (full as f64 * at) as u64
+    }
+
+    /// Under `summarize`: when what the model would see passes the threshold, plans a compaction of the
+    /// oldest groups, enough of them to bring the context to half the threshold (with room for the
+    /// summary), the newest group always kept.
+    fn plan_compaction(&mut self, full: u64, fixed: u64, ctx: &ContextConfig) -> Option<(ModelRequest, Compaction)> {
+        let threshold = Self::threshold(full, ctx);
+        let before = fixed.saturating_add(self.transcript.view_size());
+        if before <= threshold {
+            return None;
+        }
+        let rest = (threshold / 2)
+            .saturating_sub(fixed)
+            .saturating_sub(self.transcript.first_size())
+            .saturating_sub(Self::max_summary(full, ctx));
+        let upto = self.transcript.compaction_cut(rest)?;
+        self.phase = Phase::Compacting { upto, chars_before: before };
+        let request = self.compaction_request(upto, ctx);
+        Some((request, Compaction { items: upto as u64 - 1, chars_before: before, chars_after: 0, fallback: None }))
+    }
+
+    /// The summary request: the summary prompt as instructions, and one user message holding the task (the
+    /// first message), the summary being replaced, if any, and exactly the groups being replaced. No tools.
+    fn compaction_request(&self, upto: usize, ctx: &ContextConfig) -> ModelRequest {
+        use std::fmt::Write as _;
+        let (prev, items) = self.transcript.replaced(upto);
+        let mut text = String::from("The task (the first user message of the run):\n<task>\n");
+        if let Some(first) = self.transcript.conversation().get(0) {
+            text.push_str(first.content());
+        }
+        text.push_str("\n</task>\n");
+        if let Some(p) = prev {
+            let _ = write!(
+                text,
+                "The summary of the history before the turns below:\n<summary>\n{}\n</summary>\n",
+                p.content()
+            );
+        }
+        text.push_str("The turns to compact, oldest first:\n<turns>\n");
+        for m in items {
+            match m {
+                Message::User { content } => {
+                    let _ = writeln!(text, "[user]\n{content}");
+                }
+                Message::Assistant { content, tool_calls } => {
+                    let _ = writeln!(text, "[assistant]\n{content}");
+                    for c in tool_calls {
+                        let _ = writeln!(text, "[tool call {} {}] {}", c.id, c.name, c.arguments);
+                    }
+                }
+                Message::ToolResult(r) => {
+                    let tag = if r.is_error { " error" } else { "" };
+                    let _ = writeln!(text, "[tool result {}{tag}]\n{}", r.call_id, r.content);
+                }
+                Message::Summary { content, .. } => {
+                    let _ = writeln!(text, "[summary]\n{content}");
+                }
+            }
+        }
+        text.push_str("</turns>\nWrite the summary now.");
+        let prompt = ctx.summary_prompt.clone().unwrap_or_else(|| Arc::from(DEFAULT_SUMMARY_PROMPT));
+        ModelRequest {
+            instructions: Some(prompt),
+            messages: crate::model::Conversation::from_messages([Message::user(text)]),
+            tools: Arc::from(Vec::new()),
+        }
+    }
+
+    /// Takes the answer to a summary call and records the compaction as an item of the transcript: the
+    /// summary, or — when the call failed, or its answer is empty, calls tools or is longer than a quarter
+    /// of the threshold — the marker of left-out groups. The run never fails because of a compaction,
+    /// except when the call's usage passes a token limit. Returns what was recorded.
+    pub fn on_compaction_response(
+        &mut self,
+        result: Result<ModelResponse, ModelError>,
+        ctx: &ContextConfig,
+    ) -> Option<Compaction> {
+        let Phase::Compacting { upto, chars_before } = self.phase else {
+            return None;
+        };
+        self.phase = Phase::Ready;
+        let counter = ctx.counter.as_ref();
+        let max = ctx.max_context.map_or(u64::MAX, |full| Self::max_summary(full, ctx));
+        let items = upto - 1;
+        let summary = match result {
+            Err(e) => Err(format!("the summary call failed: {e}")),
+            Ok(r) => {
+                if let Some(usage) = self.usage.add(r.usage.as_ref()) {
+                    self.usage = usage;
+                }
+                if !r.tool_calls.is_empty() {
+                    Err("the summary call answered with tool calls".to_owned())
+                } else if r.text.trim().is_empty() {
+                    Err("the summary is empty".to_owned())
+                } else {
+                    let size = counter.count(&r.text);
+                    if size > max {
+                        Err(format!("the summary is too long ({size} {} > {max})", counter.unit()))
+                    } else {
+                        Ok(r.text)
+                    }
+                }
+            }
+        };
+        let (content, fallback) = match summary {
+            Ok(text) => (format!("[Summary of the {items} earlier items of this conversation]\n{text}"), None),
+            Err(why) => {
+                let lo = self.transcript.summary().map_or(1, |(_, b)| b);
+                let groups = self.transcript.groups_between(lo, upto);
+                (drop_marker_text(groups, items), Some(why))
+            }
+        };
+        if let Err(e) = self.transcript.push_summary(content, items as u64, counter) {
+            self.end(Status::ModelError, None, Some(format!("internal: {e}")));
+            return None;
+        }
+        self.compactions += 1;
+        let fixed = self.instructions_size.saturating_add(self.tools_size.as_ref().map_or(0, |t| t.size));
+        let done = Compaction {
+            items: items as u64,
+            chars_before,
+            chars_after: fixed.saturating_add(self.transcript.view_size()),
+            fallback,
+        };
+        if let Some(detail) = self.token_limit_hit() {
+            self.end(Status::TokenLimit, None, Some(detail));
+        }
+        Some(done)
     }
 
     /// Takes a model's answer. In order: the response is validated; the step and its usage are counted;
@@ -553,7 +758,7 @@ impl RunState {
                 let unfinished = format!("aborted: {reason}");
                 self.record_batch(vec![None; n], &unfinished, Some((status, reason)), ctx);
             }
-            Phase::Ready => {
+            Phase::Ready | Phase::Compacting { .. } => {
                 self.end(status, None, Some(reason));
             }
             Phase::Done { .. } => {}
@@ -587,7 +792,12 @@ impl RunState {
             run_id: self.run_id.clone(),
             session_id: None,
             instructions: self.instructions.as_deref().map(str::to_owned),
+            compactions: self.compactions,
             messages,
         }
     }
+}
+
+fn drop_marker_text(groups: usize, items: usize) -> String {
+    crate::transcript::drop_marker(groups, items).content().to_owned()
 }

@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 use serde_json::{Value, json};
 
 mod common;
-use common::Dir;
+use common::{Dir, python};
 
 fn every_key() -> String {
     std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../reins-agent/tests/data/every_key.toml"))
@@ -255,20 +255,6 @@ fn a_session_resumed_with_no_flags_rebuilds_the_same_agent() {
     let shown = show_json(&dir, &["--resume", &id]);
     assert_eq!(shown["definition"]["limits"]["max_steps"], 4);
     assert_eq!(origin(&shown, "limits.max_steps")["kind"], "session");
-}
-
-fn python() -> PathBuf {
-    let cache = std::env::var_os("REINS_CI_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/reins-ci"));
-    let py =
-        std::env::var_os("REINS_MCP_PYTHON").map(PathBuf::from).unwrap_or_else(|| cache.join("mcp/venv/bin/python"));
-    if !py.is_file() {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let _ = Command::new("bash").arg("-c").arg("source .ci/setup-mcp.sh >&2").current_dir(root).status();
-    }
-    assert!(py.is_file(), "the Python `mcp` package is not installed: run `source .ci/setup-mcp.sh` first");
-    py
 }
 
 #[test]

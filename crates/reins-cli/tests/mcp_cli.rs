@@ -2,32 +2,12 @@
 //! with the PyPI `mcp` package (installed by `.ci/setup-mcp.sh`).
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::{Value, json};
 
 mod common;
-use common::reins;
-
-fn python() -> PathBuf {
-    let cache = std::env::var_os("REINS_CI_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/reins-ci"));
-    let py =
-        std::env::var_os("REINS_MCP_PYTHON").map(PathBuf::from).unwrap_or_else(|| cache.join("mcp/venv/bin/python"));
-    if !py.is_file() {
-        // A fresh machine: install the servers the way CI does (into the same cache).
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let _ = Command::new("bash").arg("-c").arg("source .ci/setup-mcp.sh >&2").current_dir(root).status();
-    }
-    assert!(
-        py.is_file(),
-        "the Python `mcp` package is not installed ({} is missing): run `source .ci/setup-mcp.sh` from the repository \
-         root first",
-        py.display()
-    );
-    py
-}
+use common::{python, reins};
 
 fn py_server_spec(name: &str) -> String {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../reins-mcp/tests/servers/py_server.py");

@@ -87,3 +87,25 @@ pub fn serve_once(content_type: &'static str, body: String) -> (String, mpsc::Re
     });
     (format!("http://{addr}"), rx)
 }
+
+/// The Python with the `mcp` package that the MCP tests' servers run under (`$REINS_MCP_PYTHON`, else the CI
+/// cache's venv); on a fresh machine it is installed the way CI does, by `.ci/setup-mcp.sh`.
+pub fn python() -> PathBuf {
+    let cache = std::env::var_os("REINS_CI_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/reins-ci"));
+    let py =
+        std::env::var_os("REINS_MCP_PYTHON").map(PathBuf::from).unwrap_or_else(|| cache.join("mcp/venv/bin/python"));
+    if !py.is_file() {
+        // A fresh machine: install the servers the way CI does (into the same cache).
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let _ = Command::new("bash").arg("-c").arg("source .ci/setup-mcp.sh >&2").current_dir(root).status();
+    }
+    assert!(
+        py.is_file(),
+        "the Python `mcp` package is not installed ({} is missing): run `source .ci/setup-mcp.sh` from the repository \
+         root first",
+        py.display()
+    );
+    py
+}

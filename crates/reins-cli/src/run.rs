@@ -32,10 +32,10 @@ pub struct RunArgs {
     #[arg(long)]
     pub max_tool_calls: Option<u64>,
     /// The wall-clock deadline of the run, e.g. 30s, 5m, 1h 30m.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = reins_agent::parse_duration)]
     pub timeout: Option<Duration>,
     /// The longest one tool call may run, e.g. 10s.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = reins_agent::parse_duration)]
     pub tool_timeout: Option<Duration>,
     /// The context budget in characters (Unicode scalar values).
     #[arg(long, conflicts_with = "max_context_tokens", value_parser = clap::value_parser!(u64).range(1..))]
@@ -81,11 +81,6 @@ pub struct RunArgs {
     /// The session store.
     #[command(flatten)]
     pub store: crate::sessions_cli::RunStoreFlags,
-}
-
-/// Parses a duration such as `30s`, `250ms`, `5m` or `1h 30m`: the core's one rule ([`reins::parse_duration`]).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    reins::parse_duration(s).map_err(|e| e.to_string())
 }
 
 /// The JSON-lines observer: one event a line on stdout.

@@ -20,7 +20,7 @@ pub struct ToolFlags {
     #[arg(long = "preset", value_name = "NAME=PROGRAM ARG...")]
     pub presets: Vec<String>,
     /// The default command timeout, e.g. 10s.
-    #[arg(long, value_parser = crate::run::parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = reins_agent::parse_duration, value_name = "DURATION")]
     pub command_timeout: Option<Duration>,
     /// Runs commands without the OS sandbox (process group, scrubbed environment and limits still apply).
     #[arg(long, conflicts_with = "accept_weaker_sandbox")]

@@ -88,7 +88,15 @@ fn main() -> std::process::ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
-            let _ = e.print();
+            let printed = e.print().and_then(|()| std::io::Write::flush(&mut std::io::stdout()));
+            // `--help` and `--version` go to stdout: a failed write there is exit 1 like any other (a closed pipe
+            // stays quiet).
+            if let Err(why) = printed
+                && !e.use_stderr()
+                && why.kind() != std::io::ErrorKind::BrokenPipe
+            {
+                return CliError::Internal(anyhow::anyhow!("cannot write to stdout: {why}")).report();
+            }
             return std::process::ExitCode::from(code);
         }
     };

@@ -376,6 +376,17 @@ fn a_stdout_that_cannot_be_written_is_exit_1_and_a_closed_pipe_stays_quiet() {
         assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
         assert!(err.contains("cannot write to stdout") && err.contains("No space left"), "{args:?}: {err}");
     }
+    // What clap prints to stdout too.
+    for args in [&["--help"][..], &["--version"], &["run", "--help"], &["help", "sessions"]] {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let out = reins().args(args).stdout(Stdio::from(full)).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("cannot write to stdout") && err.contains("No space left"), "{args:?}: {err}");
+        let out = reins().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert!(!out.stdout.is_empty() && out.stderr.is_empty(), "{args:?}");
+    }
 
     // A reader that goes away after the first byte: the run goes on quietly and ends with its own code.
     let turns: Vec<Value> = (0..6).map(|i| json!({"delay_ms": 50, "tool_calls": [{"id": format!("c{i}"), "name": "echo", "arguments": {"text": "x"}}]})).chain([json!({"content": "done"})]).collect();

@@ -162,7 +162,7 @@ pub fn search(ws: &Workspace, query: &SearchQuery, cancel: &CancellationToken) -
         FileType::RegularFile => {
             let rel = query.path.to_string();
             if walk.filter.as_ref().is_none_or(|f| f.is_match(&rel)) {
-                walk.search_fd(start, st.st_size, rel);
+                walk.search_fd(start, &st, rel);
             }
         }
         FileType::Directory => {
@@ -210,6 +210,17 @@ fn open_entry(dir: &OwnedFd, name: &[u8]) -> Option<(OwnedFd, rustix::fs::Stat)>
     Some((fd, st))
 }
 
+/// `fd` (opened non-blocking by [`open_entry`], with its status `st`) as a file for blocking reads, when it is a
+/// regular file of at most `max` bytes; anything else is `None`. Read it through `take`: it may grow.
+fn readable_regular(fd: OwnedFd, st: &rustix::fs::Stat, max: u64) -> Option<std::fs::File> {
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || st.st_size as u64 > max {
+        return None;
+    }
+    // Back to blocking reads for a regular file.
+    rustix::fs::fcntl_setfl(&fd, OFlags::empty()).ok()?;
+    Some(std::fs::File::from(fd))
+}
+
 /// The virtual absolute path under which ignore matchers see workspace paths (never a host path).
 fn virtual_path(rel: &str) -> PathBuf {
     Path::new("/").join(rel)
@@ -219,13 +230,9 @@ fn virtual_path(rel: &str) -> PathBuf {
 /// [`MAX_IGNORE_FILE_BYTES`], parsed with `dir_rel` (workspace-relative) as its root. Anything else is `None`.
 fn read_ignore(dir: &OwnedFd, name: &str, dir_rel: &str) -> Option<Gitignore> {
     let (fd, st) = open_entry(dir, name.as_bytes())?;
-    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || st.st_size as u64 > MAX_IGNORE_FILE_BYTES {
-        return None;
-    }
-    // Back to blocking reads for a regular file.
-    rustix::fs::fcntl_setfl(&fd, OFlags::empty()).ok()?;
+    let file = readable_regular(fd, &st, MAX_IGNORE_FILE_BYTES)?;
     let mut buf = Vec::new();
-    std::fs::File::from(fd).take(MAX_IGNORE_FILE_BYTES + 1).read_to_end(&mut buf).ok()?;
+    file.take(MAX_IGNORE_FILE_BYTES + 1).read_to_end(&mut buf).ok()?;
     if buf.len() as u64 > MAX_IGNORE_FILE_BYTES {
         return None;
     }
@@ -376,23 +383,27 @@ impl Walk<'_> {
             return Ok(());
         }
         match open_entry(dir, name) {
-            Some((fd, st)) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {
-                if self.search_fd(fd, st.st_size, display_name(rel.as_bytes())) { Err(WalkStop::Full) } else { Ok(()) }
+            Some((fd, st)) => {
+                if self.search_fd(fd, &st, display_name(rel.as_bytes())) {
+                    Err(WalkStop::Full)
+                } else {
+                    Ok(())
+                }
             }
-            _ => {
+            None => {
                 self.report.files_skipped += 1;
                 Ok(())
             }
         }
     }
 
-    /// Searches one regular file; true when the match limit was reached.
-    fn search_fd(&mut self, fd: OwnedFd, size: i64, shown: String) -> bool {
-        if size as u64 > MAX_FILE_BYTES || rustix::fs::fcntl_setfl(&fd, OFlags::empty()).is_err() {
+    /// Searches one file (skipped unless it is a regular file of at most [`MAX_FILE_BYTES`]); true when the match
+    /// limit was reached.
+    fn search_fd(&mut self, fd: OwnedFd, st: &rustix::fs::Stat, shown: String) -> bool {
+        let Some(file) = readable_regular(fd, st, MAX_FILE_BYTES) else {
             self.report.files_skipped += 1;
             return false;
-        }
-        let file = std::fs::File::from(fd);
+        };
         let mut found: Vec<SearchMatch> = Vec::new();
         let room = self.max - self.report.matches.len();
         let result = self.searcher.search_reader(

@@ -61,6 +61,8 @@ pub struct Parts {
     pub limits: Limits,
     /// The context rules.
     pub context: ContextConfig,
+    /// The model that writes summaries under the `summarize` strategy, when it is not the run's own.
+    pub compact_model: Option<Arc<dyn Model>>,
     /// What the model is told: the workspace preamble, `AGENTS.md` and the definition's instructions.
     pub instructions: Option<String>,
     /// The definition's own instructions (`instructions`, or the text of `instructions_file`): what a session
@@ -373,7 +375,29 @@ impl AgentDef {
             max_context,
             max_tool_result_chars: Some(usize::try_from(cut).unwrap_or(usize::MAX)),
             counter,
+            strategy: c.strategy.unwrap_or(if self.default_context_tokens().is_some() {
+                reins::ContextStrategy::Summarize
+            } else {
+                reins::ContextStrategy::Drop
+            }),
+            compact_at: c.compact_at.map_or(0.8, |s| s.get()),
+            summary_prompt: c.summary_prompt.as_deref().filter(|p| !p.is_empty()).map(Arc::from),
             ..ContextConfig::default()
+        })
+    }
+
+    /// The model that writes summaries (`context.compact_model`), if one is set: built like the run's model,
+    /// with the same `[provider]` settings unless it is a script.
+    pub fn build_compact_model(&self) -> Result<Option<Arc<dyn Model>>, BuildError> {
+        let Some(spec) = &self.context.compact_model else { return Ok(None) };
+        let mut def = self.clone();
+        if matches!(spec.kind().0, ModelKind::Script) {
+            def.provider = Default::default();
+        }
+        def.model = Some(spec.clone());
+        def.build_model().map(|(m, _)| Some(m)).map_err(|e| match e {
+            BuildError::Invalid(m) => invalid(format!("context.compact_model: {m}")),
+            other => other,
         })
     }
 
@@ -417,6 +441,7 @@ impl AgentDef {
         let workspace = self.build_workspace()?;
         let limits = self.build_limits();
         let context = self.build_context()?;
+        let compact_model = self.build_compact_model()?;
         let own_instructions = self.instructions_text()?;
         let (instructions, notes) = self.compose_instructions(&workspace, own_instructions.clone());
         Ok(Parts {
@@ -427,6 +452,7 @@ impl AgentDef {
             mcp,
             limits,
             context,
+            compact_model,
             instructions,
             own_instructions,
             notes,
@@ -544,6 +570,9 @@ impl Parts {
         }
         if let Some(text) = &self.instructions {
             builder = builder.instructions(text.clone());
+        }
+        if let Some(m) = &self.compact_model {
+            builder = builder.compact_model(Arc::clone(m));
         }
         Ok(builder)
     }

@@ -161,8 +161,9 @@ pub struct LimitsDef {
     pub tool_timeout: Option<Dur>,
 }
 
-/// `[context]`: the context budget (characters or tokens, not both) and the cut of each tool result.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// `[context]`: the context budget (characters or tokens, not both), the cut of each tool result, and what
+/// happens when the context fills up.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ContextDef {
     /// The budget in characters (Unicode scalar values).
@@ -174,6 +175,18 @@ pub struct ContextDef {
     /// Each tool result is cut to this many characters before it is recorded (default 32000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tool_result_chars: Option<Positive>,
+    /// `drop` or `summarize` (default: `summarize` for a real model of known window, else `drop`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<reins::ContextStrategy>,
+    /// Under `summarize`, the share of the budget past which the oldest groups are compacted (default 0.8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compact_at: Option<crate::value::Share>,
+    /// Under `summarize`, the model that writes the summaries (default: the run's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compact_model: Option<crate::value::ModelSpec>,
+    /// Under `summarize`, the instructions of a summary call (default: the built-in summary prompt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_prompt: Option<String>,
 }
 
 /// `[workspace]`.
@@ -431,6 +444,11 @@ impl AgentDef {
         if let Some(model) = &self.model {
             if let (ModelKind::Script, file) = model.kind() {
                 self.model = Some(model.with_script_path(&join(Path::new(file))));
+            }
+        }
+        if let Some(model) = &self.context.compact_model {
+            if let (ModelKind::Script, file) = model.kind() {
+                self.context.compact_model = Some(model.with_script_path(&join(Path::new(file))));
             }
         }
         if let Some(f) = &self.instructions_file {

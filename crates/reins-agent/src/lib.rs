@@ -62,7 +62,7 @@ pub use load::{
     parse_toml, read_bounded, read_capped, user_config_path,
 };
 pub use test_tools::tools as test_tools;
-pub use value::{Count, Dur, ModelKind, ModelSpec, Positive, Temperature, ToolChoiceSpec, parse_duration};
+pub use value::{Count, Dur, ModelKind, ModelSpec, Positive, Share, Temperature, ToolChoiceSpec, parse_duration};
 
 /// Re-exported for definitions built in code.
 pub use reins_tools::{Preset, ResourceLimits, SandboxMode};

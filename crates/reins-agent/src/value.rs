@@ -299,6 +299,39 @@ impl<'de> Deserialize<'de> for Temperature {
     }
 }
 
+/// A share of the context budget, more than 0 and at most 1 (`context.compact_at`).
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+pub struct Share(f64);
+
+impl Share {
+    /// `x`, when it is a finite number in (0, 1].
+    pub fn new(x: f64) -> Option<Self> {
+        (x.is_finite() && x > 0.0 && x <= 1.0).then_some(Self(x))
+    }
+    /// The value.
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl Serialize for Share {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Share {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let found = seen(d)?;
+        let t = match found {
+            Seen::Float(x) => Some(x),
+            Seen::Int(n) => Some(n as f64),
+            _ => None,
+        };
+        t.and_then(Share::new).ok_or_else(|| expected("a number more than 0 and at most 1", &found))
+    }
+}
+
 /// Which tool the model may or must call: `"auto"`, `"required"`, `"none"` or `"tool:NAME"`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolChoiceSpec(pub reins_providers::ToolChoice);

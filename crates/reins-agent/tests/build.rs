@@ -84,6 +84,15 @@ fn a_known_model_gets_its_window_as_the_default_budget() {
     let context = def.build_context().unwrap();
     assert_eq!(context.max_context, Some((1_047_576 - 32_000) / 10 * 9));
     assert_eq!(context.counter.unit(), "tokens");
+    // A real model of known window summarizes by default; the keys of [context] say otherwise.
+    assert_eq!(context.strategy, reins::ContextStrategy::Summarize);
+    assert_eq!(context.compact_at, 0.8);
+    let mut dropping = def.clone();
+    dropping.context.strategy = Some(reins::ContextStrategy::Drop);
+    dropping.context.compact_at = reins_agent::Share::new(0.5);
+    dropping.context.summary_prompt = Some("P".into());
+    let c = dropping.build_context().unwrap();
+    assert_eq!((c.strategy, c.compact_at, c.summary_prompt.as_deref()), (reins::ContextStrategy::Drop, 0.5, Some("P")));
     // The response cap is held back instead when set.
     let mut capped = def.clone();
     capped.provider.max_response_tokens = reins_agent::Positive::new(2000);
@@ -95,6 +104,7 @@ fn a_known_model_gets_its_window_as_the_default_budget() {
     assert_eq!(given.build_context().unwrap().counter.unit(), "characters");
     let unknown = AgentDef::new("openai-chat:my-local-model").unwrap();
     assert_eq!(unknown.default_context_tokens(), None);
+    assert_eq!(unknown.build_context().unwrap().strategy, reins::ContextStrategy::Drop);
     // The model and its price (a local server needs no key).
     let (_, pricing) = def.build_model().unwrap();
     let pricing = pricing.unwrap();

@@ -29,6 +29,10 @@ fn every_key_parses_and_round_trips_through_toml_and_json() {
     assert_eq!(def.commands.limits.unwrap().cpu_seconds, Some(60));
     assert_eq!(def.presets.len(), 2);
     assert!(def.mcp["web"].url.is_some());
+    assert_eq!(def.context.strategy, Some(reins::ContextStrategy::Summarize));
+    assert_eq!(def.context.compact_at.unwrap().get(), 0.7);
+    assert_eq!(def.context.compact_model.as_ref().unwrap().as_str(), "script:/agents/summaries.json");
+    assert_eq!(def.context.summary_prompt.as_deref(), Some("Summarize briefly."));
 
     let toml_text = def.to_toml().unwrap();
     let again = AgentDef::from_toml(&toml_text, Path::new("/elsewhere")).unwrap();
@@ -88,6 +92,10 @@ fn bad_values_name_their_path_and_what_was_expected() {
         ("[provider]\nbase_url = \"ftp://x\"\n", "provider.base_url", "http://"),
         ("[provider]\nmax_response_tokens = 5000000000\n", "provider.max_response_tokens", "at most"),
         ("[context]\nmax_tool_result_chars = 0\n", "context.max_tool_result_chars", "positive"),
+        ("[context]\ncompact_at = 0\n", "context.compact_at", "more than 0 and at most 1"),
+        ("[context]\ncompact_at = 1.5\n", "context.compact_at", "more than 0 and at most 1"),
+        ("[context]\nstrategy = \"forget\"\n", "context.strategy", "unknown variant"),
+        ("[context]\ncompact_model = \"gpt\"\n", "context.compact_model", "expected PROVIDER:NAME"),
         ("[context]\nmax_context_chars = 5\nmax_context_tokens = 5\n", "context.max_context_tokens", "not both"),
         ("instructions = \"a\"\ninstructions_file = \"b\"\n", "instructions_file", "not both"),
         ("test_tools = \"yes\"\n", "test_tools", "boolean"),

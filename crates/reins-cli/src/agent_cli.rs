@@ -55,6 +55,14 @@ pub fn flags_layer(args: &RunArgs) -> Result<AgentDef, CliError> {
     d.context.max_context_chars = positive(args.max_context_chars);
     d.context.max_context_tokens = positive(args.max_context_tokens);
     d.context.max_tool_result_chars = positive(args.max_tool_result_chars);
+    d.context.strategy = args.context_strategy;
+    d.context.compact_at = args.compact_at;
+    if let Some(spec) = &args.compact_model {
+        let model: reins_agent::ModelSpec =
+            spec.parse().map_err(|e| usage(format!("--compact-model {spec:?}: {e}")))?;
+        d.context.compact_model = Some(model);
+        d.resolve_paths(&reins_agent::absolute(std::path::Path::new(".")));
+    }
     let tools = &args.tools;
     d.workspace.path = tools.workspace.as_deref().map(reins_agent::absolute);
     for spec in &tools.presets {

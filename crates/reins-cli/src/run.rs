@@ -48,6 +48,17 @@ pub struct RunArgs {
     /// Default 32000.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_tool_result_chars: Option<u64>,
+    /// What happens when the context fills up: `drop` (the newest whole groups, after a marker saying how
+    /// many earlier ones were left out) or `summarize` (the oldest groups are replaced by a summary).
+    /// Default: summarize for a real model of known window, else drop.
+    #[arg(long, value_parser = parse_strategy)]
+    pub context_strategy: Option<reins::ContextStrategy>,
+    /// Under summarize: the share of the context budget past which a compaction is made (default 0.8).
+    #[arg(long, value_parser = parse_share)]
+    pub compact_at: Option<reins_agent::Share>,
+    /// Under summarize: the model that writes summaries (a model spec, like --model; default: the run's).
+    #[arg(long, value_name = "SPEC")]
+    pub compact_model: Option<String>,
     /// The most input tokens over the run (from reported usage).
     #[arg(long)]
     pub max_input_tokens: Option<u64>,
@@ -187,4 +198,16 @@ pub async fn run(args: RunArgs) -> Result<u8, CliError> {
         crate::providers_cli::print_cost(&outcome);
     }
     Ok(code_for(outcome.status))
+}
+
+fn parse_strategy(s: &str) -> Result<reins::ContextStrategy, String> {
+    s.parse()
+}
+
+fn parse_share(s: &str) -> Result<reins_agent::Share, String> {
+    s.trim()
+        .parse::<f64>()
+        .ok()
+        .and_then(reins_agent::Share::new)
+        .ok_or_else(|| format!("{s:?} is not a number more than 0 and at most 1"))
 }

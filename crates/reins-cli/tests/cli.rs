@@ -258,3 +258,59 @@ fn a_result_cut_to_ten_characters_still_carries_a_marker() {
     // Head, the compact marker with exactly how many characters were left out, tail.
     assert_eq!(result, "012[…496]9");
 }
+
+#[test]
+fn context_strategy_flags_compact_with_a_summary_model_and_say_so() {
+    let dir = Dir::new("compact");
+    let mut script = Vec::new();
+    for i in 0..40 {
+        script.push(
+            json!({"tool_calls": [{"id": format!("c{i}"), "name": "echo", "arguments": {"text": "x".repeat(200)}}]}),
+        );
+    }
+    script.push(json!({"content": "done"}));
+    let summaries: Vec<Value> = (0..40).map(|i| json!({"content": format!("summary {i}")})).collect();
+    let summaries = dir.file("summaries.json", &Value::Array(summaries).to_string());
+    let compact = format!("script:{}", summaries.display());
+    let flags = [
+        "--test-tools",
+        "--max-context-chars",
+        "9000",
+        "--context-strategy",
+        "summarize",
+        "--compact-at",
+        "0.7",
+        "--compact-model",
+        compact.as_str(),
+    ];
+    let mut args = flags.to_vec();
+    args.push("--json");
+    let (out, outcome) = run_script(&dir, Value::Array(script.clone()), &args);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let o = outcome.unwrap();
+    let n = o["compactions"].as_u64().unwrap();
+    assert!(n >= 1, "{o}");
+    let summaries: Vec<&Value> = o["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "summary").collect();
+    assert_eq!(summaries.len() as u64, n);
+    assert!(summaries[0]["content"].as_str().unwrap().contains("summary 0"));
+    assert!(summaries[0]["replaces"].as_u64().unwrap() > 0);
+    let evs = events(&out);
+    let ends: Vec<&Value> = evs.iter().filter(|e| e["type"] == "compaction_end").collect();
+    assert_eq!(ends.len() as u64, n);
+    for key in ["step", "items", "chars_before", "chars_after", "duration_ms", "usage"] {
+        assert!(ends[0].get(key).is_some(), "{key} missing from {}", ends[0]);
+    }
+    assert_eq!(evs.iter().filter(|e| e["type"] == "compaction_start").count() as u64, n);
+    assert_eq!(evs.last().unwrap()["compactions"].as_u64(), Some(n));
+    // The readable progress says where it compacted.
+    let (out, _) = run_script(&dir, Value::Array(script), &flags);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("compaction · "), "{}", String::from_utf8_lossy(&out.stderr));
+    // Bad values are refused as usage errors.
+    for bad in
+        [["--context-strategy", "forget"], ["--compact-at", "0"], ["--compact-at", "1.5"], ["--compact-model", "gpt"]]
+    {
+        let (out, _) = run_script(&dir, json!([{"content": "x"}]), &bad);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}

@@ -182,3 +182,68 @@ fn concurrent_processes_write_to_one_database() {
         assert!(Transcript::from_messages(messages, &CharCounter).unwrap().is_complete());
     }
 }
+
+#[test]
+fn sigkill_during_a_compaction_then_resume_records_it_once() {
+    let tmp = TempDir::new("crash-compact");
+    let db = tmp.path().join("sessions.db");
+    let dir = tmp.path();
+    let turns = 24;
+    let compacting = |session: Option<&str>| {
+        let mut c = child(&db, dir, session, turns);
+        c.arg("compact");
+        c
+    };
+    let mut session: Option<String> = None;
+    let mut kills = 0;
+    // Kill each run while its summarizer is at work (it waits 150 ms after writing `start`).
+    for _round in 0..6 {
+        let before = lines(&dir.join("compact.log")).len();
+        let mut c = compacting(session.as_deref()).spawn().unwrap();
+        let t0 = Instant::now();
+        let mut done = false;
+        while lines(&dir.join("compact.log")).len() == before {
+            if c.try_wait().unwrap().is_some() {
+                done = true;
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(30), "no compaction began");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if done {
+            let out = c.wait_with_output().unwrap();
+            assert!(out.status.success(), "the child failed: {}", String::from_utf8_lossy(&out.stderr));
+            break;
+        }
+        c.kill().unwrap(); // SIGKILL, mid-compaction
+        c.wait().unwrap();
+        kills += 1;
+        if session.is_none() {
+            session = Store::open(&db).unwrap().list().unwrap().first().map(|s| s.id.clone());
+        }
+        let id = session.clone().unwrap();
+        let messages = check(&db, dir, &id);
+        // The compaction under way is not recorded: the newest item is never a summary of a killed call.
+        assert!(!matches!(messages.last(), Some(Message::Summary { .. })), "a half-made compaction was recorded");
+    }
+    assert!(kills >= 2, "only {kills} kills landed during a compaction");
+    let id = session.unwrap();
+    let out = compacting(Some(&id)).output().unwrap();
+    assert!(out.status.success(), "the final resume failed: {}", String::from_utf8_lossy(&out.stderr));
+    let messages = check(&db, dir, &id);
+    assert!(Transcript::from_messages(messages.clone(), &CharCounter).unwrap().is_complete());
+    assert_eq!(messages.last(), Some(&Message::assistant("all done", vec![])));
+    // Each compaction is recorded once: summaries replace strictly more each time (a repeated one would not).
+    let replaces: Vec<u64> = messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Summary { replaces, .. } => Some(*replaces),
+            _ => None,
+        })
+        .collect();
+    assert!(replaces.len() >= 2, "{replaces:?}");
+    assert!(replaces.windows(2).all(|w| w[0] < w[1]), "{replaces:?}");
+    // Every turn's calls are in the transcript once (the model went on from where the compaction left it).
+    let starts = lines(&dir.join("compact.log")).len();
+    assert_eq!(starts, replaces.len() + kills, "each killed compaction was made again once, no more");
+}

@@ -3,7 +3,10 @@
 //! `effects.log` gets a line per tool call that ran (its side effect), `model.log` a line per model
 //! call with the number of transcript items the model was sent (all of them were flushed before).
 //!
-//! Usage: `reins-store-crash-child STORE DIR new|resume [SESSION] [TURNS]`
+//! With `compact` after TURNS the run uses the `summarize` context strategy under a small budget, with a
+//! summarizer that writes `start` to `compact.log`, waits 150 ms, then answers (a window to kill it in).
+//!
+//! Usage: `reins-store-crash-child STORE DIR new|resume [SESSION] [TURNS] [compact]`
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -23,6 +26,23 @@ fn append(path: &Path, line: &str) -> std::io::Result<()> {
 struct Model {
     dir: PathBuf,
     turns: usize,
+    /// The turn is the one after the newest turn the request holds (a compacted request lacks the older ones).
+    by_last: bool,
+}
+
+/// The summarizer of `compact` mode.
+struct Summarizer {
+    dir: PathBuf,
+}
+
+#[async_trait::async_trait]
+impl reins::Model for Summarizer {
+    async fn generate(&self, request: &ModelRequest, _cancel: &CancellationToken) -> Result<ModelResponse, ModelError> {
+        append(&self.dir.join("compact.log"), "start").map_err(|e| ModelError::Failed(e.to_string()))?;
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let n = request.messages.get(0).map_or(0, |m| m.content().len());
+        Ok(ModelResponse::text(format!("summary of {n} bytes of history")))
+    }
 }
 
 #[async_trait::async_trait]
@@ -30,7 +50,19 @@ impl reins::Model for Model {
     async fn generate(&self, request: &ModelRequest, _cancel: &CancellationToken) -> Result<ModelResponse, ModelError> {
         append(&self.dir.join("model.log"), &request.messages.len().to_string())
             .map_err(|e| ModelError::Failed(e.to_string()))?;
-        let turn = request.messages.iter().filter(|m| matches!(m, Message::Assistant { .. })).count();
+        let turn = if self.by_last {
+            request
+                .messages
+                .iter()
+                .rev()
+                .find_map(|m| match m {
+                    Message::Assistant { content, .. } => content.strip_prefix("turn ")?.parse::<usize>().ok(),
+                    _ => None,
+                })
+                .map_or(0, |t| t + 1)
+        } else {
+            request.messages.iter().filter(|m| matches!(m, Message::Assistant { .. })).count()
+        };
         if turn >= self.turns {
             return Ok(ModelResponse::text("all done"));
         }
@@ -87,8 +119,18 @@ fn main() {
                 return 2;
             }
         };
-        let model = Arc::new(Model { dir: dir.clone(), turns });
-        let builder = Agent::builder_shared(model).registry(registry).limits(Limits::unlimited());
+        let compact = args.get(6).is_some_and(|a| a == "compact");
+        let model = Arc::new(Model { dir: dir.clone(), turns, by_last: compact });
+        let mut builder = Agent::builder_shared(model).registry(registry).limits(Limits::unlimited());
+        if compact {
+            builder = builder
+                .context(reins::ContextConfig {
+                    max_context: Some(900),
+                    strategy: reins::ContextStrategy::Summarize,
+                    ..reins::ContextConfig::default()
+                })
+                .compact_model(Arc::new(Summarizer { dir: dir.clone() }));
+        }
         let outcome = if args[3] == "resume" {
             let Some(id) = args.get(4) else {
                 eprintln!("resume needs a session id");

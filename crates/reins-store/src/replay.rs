@@ -1,7 +1,8 @@
 //! Replay: a recorded session re-run offline as a regression test. The recorded model responses drive
 //! a [`ScriptedModel`]; the tools either run for real (the caller's registry, typically rooted in a
 //! scratch copy of the workspace) or answer with their recorded results. The first point where the tool
-//! calls, the results, the transcript or the outcome differ is reported.
+//! calls, the results, the transcript or the outcome differ is reported. Compactions are replayed from the
+//! recorded summary items: the same summaries (or the same fallback markers) at the same points.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -76,6 +77,25 @@ fn script(responses: &[ResponseData]) -> Vec<ScriptStep> {
                 ScriptStep::Fail(ModelError::Failed(msg.to_owned()))
             }
             (None, None) => ScriptStep::Fail(ModelError::Failed("the recorded response is empty".into())),
+        })
+        .collect()
+}
+
+/// The summarizer of a replayed run: the recorded compactions of the run, in order. A recorded summary is
+/// answered again; a recorded marker (no summary could be made) is a failed call, which records the same
+/// marker again.
+fn summaries(recorded: &[Message]) -> Vec<ScriptStep> {
+    recorded
+        .iter()
+        .filter_map(|m| match m {
+            Message::Summary { content, .. } => Some(match content.strip_prefix("[Summary of the ") {
+                Some(rest) => match rest.split_once('\n') {
+                    Some((_, text)) => ScriptStep::Respond(reins::ModelResponse::text(text)),
+                    None => ScriptStep::Fail(ModelError::Failed("the recorded summary has no text".into())),
+                },
+                None => ScriptStep::Fail(ModelError::Failed("the recorded compaction has no summary".into())),
+            }),
+            _ => None,
         })
         .collect()
 }
@@ -217,7 +237,9 @@ pub async fn replay_runs(
         .map_err(|e| StoreError::Resume { session: session.id().to_owned(), detail: e.to_string() })?
         .with_instructions(run.start.instructions.as_deref().map(Into::into), &context);
         let model = ScriptedModel::new(script(&run.responses)).without_recording();
+        let summarizer = ScriptedModel::new(summaries(&messages[start..end])).without_recording();
         let agent = Agent::builder(model)
+            .compact_model(Arc::new(summarizer))
             .registry(registry)
             .context(context.clone())
             .limits(state.limits().clone())

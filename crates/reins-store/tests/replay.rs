@@ -240,3 +240,57 @@ fn each_run_replays_with_the_settings_given_for_it() {
     let d = report.divergence.unwrap();
     assert_eq!((d.run, d.what.as_str()), (1, "tool_result"));
 }
+
+/// A run that compacted replays with the same compactions, in the same places.
+#[test]
+fn replay_reproduces_compactions() {
+    let dir = TempDir::new("replay-compact");
+    let store = Store::open(dir.path().join("s.db")).unwrap();
+    let echo = FnTool::new("echo", "Echo.", serde_json::json!({"type": "object"}), |args, _c| async move {
+        Ok(ToolOutput::Json(args))
+    });
+    let registry = Arc::new(Registry::builder().tool(echo).build().unwrap());
+    let mut steps: Vec<ModelResponse> = (0..40)
+        .map(|i| {
+            ModelResponse::tool_calls(
+                format!("step {i}"),
+                vec![ToolCall::new(format!("c{i}"), "echo", serde_json::json!({"text": "y".repeat(60 + i * 7)}))],
+            )
+        })
+        .collect();
+    steps.push(ModelResponse::text("done"));
+    let ctx = ContextConfig {
+        max_context: Some(2000),
+        strategy: reins::ContextStrategy::Summarize,
+        ..ContextConfig::default()
+    };
+    // The summarizer fails once in three: the replay must record the same markers there.
+    let n = std::sync::atomic::AtomicUsize::new(0);
+    let summarizer = reins::FnModel::new(move |_r: &reins::ModelRequest| {
+        let i = n.fetch_add(1, Ordering::SeqCst);
+        if i % 3 == 2 {
+            Err(reins::ModelError::Failed("down".into()))
+        } else {
+            Ok(ModelResponse::text(format!("summary number {i}\nwith two lines")))
+        }
+    });
+    let agent = Agent::builder(ScriptedModel::new(steps))
+        .registry(registry.clone())
+        .context(ctx.clone())
+        .compact_model(Arc::new(summarizer))
+        .journal(store.journal(SessionMeta::default()))
+        .build()
+        .unwrap();
+    let outcome = rt().block_on(agent.run("go", CancellationToken::new()));
+    assert_eq!(outcome.status, Status::Completed, "{:?}", outcome.error);
+    assert!(outcome.compactions >= 3, "{}", outcome.compactions);
+    let session = store.load(outcome.session_id.as_deref().unwrap()).unwrap();
+    assert_eq!(session.messages().unwrap(), outcome.messages);
+    let report = rt().block_on(replay(&session, ReplayTools::Recorded, ctx.clone())).unwrap();
+    assert_eq!(report.divergence, None, "{:?}", report.divergence);
+    assert_eq!(report.steps, 41);
+    // Replayed under other context rules, the first compaction is missing: reported.
+    let other = ContextConfig { compact_at: 0.95, ..ctx };
+    let report = rt().block_on(replay(&session, ReplayTools::Recorded, other)).unwrap();
+    assert!(report.divergence.is_some());
+}

@@ -427,7 +427,8 @@ async fn an_oversized_answer_is_reported_at_once_not_after_the_call_timeout() {
     let message = over.unwrap_err().to_string();
     assert!(message.contains("16 MiB limit"), "{message}");
     assert!(!message.contains("::"), "{message}");
-    assert!(waited < Duration::from_secs(60), "the oversized answer was waited for: {waited:?}");
+    // Seconds, not the two-minute call timeout (measured: about 0.3 s; the bound leaves room for a loaded machine).
+    assert!(waited < Duration::from_secs(10), "the oversized answer was waited for: {waited:?}");
 
     let next = server.call("shout", json!({"text": "still here"}), &cancel).await.unwrap().into_text();
     assert_eq!(next, "STILL HERE");

@@ -405,3 +405,34 @@ fn each_run_of_a_session_replays_with_its_own_settings() {
         assert!(text.contains("identical (3 run(s)"), "{text}");
     }
 }
+
+#[test]
+fn compactions_are_recorded_shown_and_replayed() {
+    let dir = Dir::new("compactions");
+    let mut script = Vec::new();
+    for i in 0..30 {
+        script.push(
+            json!({"tool_calls": [{"id": format!("c{i}"), "name": "echo", "arguments": {"text": "z".repeat(200)}}]}),
+        );
+    }
+    script.push(json!({"content": "done"}));
+    let summaries: Vec<Value> = (0..30).map(|i| json!({"content": format!("summary {i}")})).collect();
+    let summaries = dir.file("summaries.json", &Value::Array(summaries).to_string());
+    let compact = format!("script:{}", summaries.display());
+    let flags =
+        ["--test-tools", "--max-context-chars", "8000", "--context-strategy", "summarize", "--compact-model", &compact];
+    let mut args = flags.to_vec();
+    args.push("go");
+    let (out, outcome) = run(&dir, &Value::Array(script), &args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let n = outcome["compactions"].as_u64().unwrap();
+    assert!(n >= 1, "{outcome}");
+    let id = outcome["session_id"].as_str().unwrap().to_owned();
+    let messages = transcript(&show_json(&dir, &id));
+    assert_eq!(serde_json::to_value(&messages).unwrap(), outcome["messages"]);
+    assert_eq!(messages.iter().filter(|m| matches!(m, Message::Summary { .. })).count() as u64, n);
+    let readable = String::from_utf8_lossy(&sessions(&dir, &["show", &id]).stdout).to_string();
+    assert!(readable.contains("⇊ compaction: replaces ") && readable.contains("summary 0"), "{readable}");
+    let replay = reins().arg("replay").arg(&id).arg("--store").arg(dir.store()).output().unwrap();
+    assert!(replay.status.success(), "{}", String::from_utf8_lossy(&replay.stderr));
+}

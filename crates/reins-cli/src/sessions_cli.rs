@@ -139,9 +139,12 @@ pub fn close_stores() {
 pub fn store_err(e: reins_store::StoreError) -> CliError {
     use reins_store::StoreError as E;
     match e {
-        E::NotFound(_) | E::Ambiguous { .. } | E::Resume { .. } | E::Exists { .. } | E::IsDirectory { .. } => {
-            usage(e.to_string())
-        }
+        E::NotFound(_)
+        | E::Ambiguous { .. }
+        | E::Resume { .. }
+        | E::Exists { .. }
+        | E::IsDirectory { .. }
+        | E::NotAFile { .. } => usage(e.to_string()),
         other => CliError::Internal(anyhow::anyhow!(other)),
     }
 }

@@ -474,6 +474,21 @@ fn bad_ids_stores_and_scripts_are_clear_bad_input() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("is a directory") && !err.contains("SQLite header"), "{err}");
+    // A FIFO (whose open would block for good) or a device as the store.
+    let fifo = dir.0.join("fifo.db");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let model = format!("script:{}", script.display());
+    for (special, kind) in [(fifo.to_str().unwrap(), "FIFO"), ("/dev/zero", "character device")] {
+        for args in
+            [vec!["sessions", "list", "--store", special], vec!["run", "--model", &model, "--store", special, "go"]]
+        {
+            let child = reins().args(&args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+            let out = wait(child, 20);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert!(err.contains(&format!("is not a regular file (it is a {kind})")), "{args:?}: {err}");
+        }
+    }
     // A key written twice in a script.
     let dup = dir.file("dup.json", r#"[{"content": "first", "content": "second"}]"#);
     refused(&["--model", &format!("script:{}", dup.display())], "duplicate key \"content\"");

@@ -116,6 +116,15 @@ pub enum StoreError {
         /// The directory.
         path: PathBuf,
     },
+    /// The store path names a FIFO, a device or a socket, not a database file (opening one could block or read
+    /// without end).
+    #[error("the session store {path} is not a regular file (it is a {kind}): give the database file")]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+        /// What it is (`FIFO`, `character device`, ...).
+        kind: &'static str,
+    },
     /// No default location: neither `XDG_DATA_HOME` nor `HOME` is set.
     #[error("no default session store location: set HOME or XDG_DATA_HOME, or pass --store PATH")]
     NoHome,

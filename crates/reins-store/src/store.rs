@@ -231,6 +231,26 @@ fn check_size(path: &Path) -> Result<(), StoreError> {
     check_size_at_rest(path).or_else(|e| if wal_present(path) { Ok(()) } else { Err(e) })
 }
 
+/// What `path` is when it exists (through a symlink) and is neither a regular file nor a directory: a FIFO, a
+/// device or a socket, which SQLite must not be pointed at (a FIFO blocks the open for good).
+fn special_kind(path: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt as _;
+    let t = std::fs::metadata(path).ok()?.file_type();
+    if t.is_file() || t.is_dir() {
+        None
+    } else if t.is_fifo() {
+        Some("FIFO")
+    } else if t.is_char_device() {
+        Some("character device")
+    } else if t.is_block_device() {
+        Some("block device")
+    } else if t.is_socket() {
+        Some("socket")
+    } else {
+        Some("special file")
+    }
+}
+
 fn check_size_at_rest(path: &Path) -> Result<(), StoreError> {
     use std::io::Read;
     let mut header = [0u8; 100];
@@ -313,6 +333,9 @@ impl Store {
         }
         if path.is_dir() {
             return Err(StoreError::IsDirectory { path });
+        }
+        if let Some(kind) = special_kind(&path) {
+            return Err(StoreError::NotAFile { path, kind });
         }
         check_size(&path)?;
         let store = Store { path, options, pool: Arc::default(), flushes: Arc::default(), threads: Arc::default() };

@@ -344,6 +344,7 @@ impl RunJournal for RunLog {
             steps: u64,
             tool_calls: u64,
             usage: &'a reins::UsageTotals,
+            compactions: u64,
             run_id: &'a str,
             #[serde(skip_serializing_if = "Option::is_none")]
             session_id: &'a Option<String>,
@@ -356,6 +357,7 @@ impl RunJournal for RunLog {
             steps: o.steps,
             tool_calls: o.tool_calls,
             usage: &o.usage,
+            compactions: o.compactions,
             run_id: &o.run_id,
             session_id: &o.session_id,
         };

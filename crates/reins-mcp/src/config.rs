@@ -60,31 +60,6 @@ pub struct ServerConfig {
     pub call_timeout: Duration,
 }
 
-/// The `[mcp.NAME]` table of a config file.
-///
-/// ```toml
-/// [mcp.fs]
-/// command = "npx"
-/// args = ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"]
-/// startup_timeout = "20s"
-/// call_timeout = "1m"
-///
-/// [mcp.remote]
-/// url = "http://127.0.0.1:8080/mcp"
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-pub struct ServerTable {
-    /// How to reach it.
-    #[serde(flatten)]
-    pub transport: Transport,
-    /// A start-up timeout such as `"30s"`.
-    #[serde(default)]
-    pub startup_timeout: Option<String>,
-    /// A per-call timeout such as `"2m"`.
-    #[serde(default)]
-    pub call_timeout: Option<String>,
-}
-
 impl ServerConfig {
     /// A server started as `command args...`.
     pub fn stdio(name: impl Into<String>, command: impl Into<String>, args: Vec<String>) -> Result<Self, ConfigError> {
@@ -153,74 +128,6 @@ impl ServerConfig {
         };
         Self::stdio(name, command, words.collect())
     }
-
-    /// A server from its `[mcp.NAME]` table.
-    pub fn from_table(name: &str, table: ServerTable) -> Result<Self, ConfigError> {
-        let mut config = Self::new(name, table.transport)?;
-        if let Some(t) = table.startup_timeout {
-            config.startup_timeout = parse_timeout(name, "startup_timeout", &t)?;
-        }
-        if let Some(t) = table.call_timeout {
-            config.call_timeout = parse_timeout(name, "call_timeout", &t)?;
-        }
-        Ok(config)
-    }
-
-    /// Every `[mcp.NAME]` table of a parsed TOML config (the value under the `mcp` key), in name order.
-    pub fn from_toml_tables(mcp: &toml::Value) -> Result<Vec<Self>, ConfigError> {
-        let toml::Value::Table(tables) = mcp else {
-            return Err(ConfigError("`mcp` is a table of servers: [mcp.NAME]".into()));
-        };
-        let mut out = Vec::with_capacity(tables.len());
-        for (name, value) in tables {
-            check_table_keys(name, value)?;
-            let table: ServerTable = value.clone().try_into().map_err(|e: toml::de::Error| {
-                ConfigError(format!(
-                    "[mcp.{name}]: {} (a server has `command` and optional `args`, `env`, `cwd`, or `url` and \
-                     optional `headers`; plus optional `startup_timeout` and `call_timeout`)",
-                    e.message()
-                ))
-            })?;
-            out.push(Self::from_table(name, table)?);
-        }
-        Ok(out)
-    }
-}
-
-/// The keys of a stdio server's table, of an HTTP server's, and of both.
-const STDIO_KEYS: &[&str] = &["command", "args", "env", "cwd"];
-const HTTP_KEYS: &[&str] = &["url", "headers"];
-const COMMON_KEYS: &[&str] = &["startup_timeout", "call_timeout"];
-
-/// Refuses a table that mixes the two transports (`command` and `url`), or that has a key no server has, before
-/// the untagged transport would quietly pick one and drop the rest.
-fn check_table_keys(name: &str, value: &toml::Value) -> Result<(), ConfigError> {
-    let toml::Value::Table(table) = value else {
-        return Err(ConfigError(format!("[mcp.{name}] must be a table")));
-    };
-    let has = |keys: &[&'static str]| keys.iter().copied().filter(|k| table.contains_key(*k)).collect::<Vec<_>>();
-    let (stdio, http) = (has(STDIO_KEYS), has(HTTP_KEYS));
-    if !stdio.is_empty() && !http.is_empty() {
-        return Err(ConfigError(format!(
-            "[mcp.{name}] mixes a stdio server ({}) with an HTTP server ({}): a server has either `command` (and \
-             optional `args`, `env`, `cwd`) or `url` (and optional `headers`)",
-            stdio.join(", "),
-            http.join(", ")
-        )));
-    }
-    if let Some(key) =
-        table.keys().find(|k| ![STDIO_KEYS, HTTP_KEYS, COMMON_KEYS].iter().any(|set| set.contains(&k.as_str())))
-    {
-        return Err(ConfigError(format!(
-            "[mcp.{name}]: unknown key `{key}` (a server has `command` and optional `args`, `env`, `cwd`, or `url` \
-             and optional `headers`; plus optional `startup_timeout` and `call_timeout`)"
-        )));
-    }
-    Ok(())
-}
-
-fn parse_timeout(name: &str, key: &str, text: &str) -> Result<Duration, ConfigError> {
-    reins::parse_duration(text).map_err(|e| ConfigError(format!("[mcp.{name}] {key}: {e}")))
 }
 
 /// Checks a server name: 1-32 letters, digits, `_` or `-`, starting with a letter, with no `__` and no
@@ -317,48 +224,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn toml_tables_become_servers() {
-        let doc: toml::Value = toml::from_str(
-            r#"
-            [mcp.fs]
-            command = "node"
-            args = ["server.js", "/tmp"]
-            env = { DEBUG = "1" }
-            startup_timeout = "5s"
-            call_timeout = "1m"
-            [mcp.web]
-            url = "http://127.0.0.1:9/mcp"
-            headers = { Authorization = "Bearer x" }
-            "#,
-        )
-        .unwrap();
-        let servers = ServerConfig::from_toml_tables(&doc["mcp"]).unwrap();
-        assert_eq!(servers.len(), 2);
-        assert_eq!(servers[0].name, "fs");
-        assert_eq!(servers[0].startup_timeout, Duration::from_secs(5));
-        assert_eq!(servers[0].call_timeout, Duration::from_secs(60));
-        assert!(matches!(&servers[0].transport, Transport::Stdio { env, .. } if env["DEBUG"] == "1"));
-        assert!(matches!(&servers[1].transport, Transport::Http { headers, .. } if headers.len() == 1));
-
-        for (text, needle) in [
-            ("[mcp.fs]\nargs = [\"x\"]\n", "[mcp.fs]"),
-            ("[mcp.fs]\ncommand = \"node\"\ncall_timeout = \"soon\"\n", "call_timeout"),
-            ("[mcp.fs]\ncommand = \"node\"\nstartup_timeout = \"0s\"\n", "at least 1ms"),
-            ("[mcp.fs]\ncommand = \"node\"\ncall_timeout = \"1ns\"\n", "smallest unit is ms"),
-            ("[mcp.both]\ncommand = \"node\"\nurl = \"http://127.0.0.1:9/mcp\"\n", "mixes a stdio server"),
-            ("[mcp.both]\nurl = \"http://127.0.0.1:9/mcp\"\nargs = [\"x\"]\n", "mixes a stdio server"),
-            ("[mcp.fs]\ncommand = \"node\"\ncall_timout = \"1s\"\n", "unknown key `call_timout`"),
-            ("[mcp]\nfs = 3\n", "must be a table"),
-            ("[mcp.\"a b\"]\ncommand = \"node\"\n", "invalid MCP server name"),
-            ("mcp = 3\n", "table of servers"),
-        ] {
-            let doc: toml::Value = toml::from_str(text).unwrap();
-            let err = ServerConfig::from_toml_tables(&doc["mcp"]).unwrap_err();
-            assert!(err.0.contains(needle), "{text:?}: {err}");
-        }
-    }
-
     proptest! {
         #[test]
         fn parse_spec_never_panics_and_valid_names_qualify_to_valid_tool_names(spec in ".{0,80}") {
@@ -366,19 +231,6 @@ mod tests {
                 prop_assert!(check_server_name(&config.name).is_ok());
                 prop_assert!(reins::is_valid_tool_name(&qualified_name(&config.name, "t")));
             }
-        }
-
-        #[test]
-        fn a_table_with_both_transports_is_refused(
-            stdio in proptest::sample::subsequence(STDIO_KEYS.to_vec(), 1..=4),
-            http in proptest::sample::subsequence(HTTP_KEYS.to_vec(), 0..=2),
-        ) {
-            let mut table = toml::Table::new();
-            for key in stdio.iter().chain(http.iter()) {
-                table.insert((*key).to_owned(), toml::Value::String("x".into()));
-            }
-            let checked = check_table_keys("s", &toml::Value::Table(table));
-            prop_assert_eq!(checked.is_err(), !http.is_empty(), "{:?}", checked);
         }
 
         #[test]

@@ -28,7 +28,7 @@ pub mod server;
 pub mod tools;
 
 pub use config::{
-    ConfigError, DEFAULT_CALL_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, MAX_SERVER_NAME, ServerConfig, ServerTable, Transport,
+    ConfigError, DEFAULT_CALL_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, MAX_SERVER_NAME, ServerConfig, Transport,
     check_server_name, qualified_name,
 };
 pub use error::McpError;

@@ -110,6 +110,8 @@ fn bad_values_name_their_path_and_what_was_expected() {
         ("[mcp.fs]\ncommand = \"x\"\nurl = \"http://h/\"\n", "mcp.fs", "not both"),
         ("[mcp.\"bad name\"]\ncommand = \"x\"\n", "mcp.bad name", "invalid MCP server name"),
         ("[mcp.web]\nurl = \"http://h/mcp\"\ncwd = \".\"\n", "mcp.web", "for a `command`"),
+        ("[mcp.web]\nurl = \"http://h/mcp\"\nargs = [\"x\"]\n", "mcp.web", "for a `command`"),
+        ("[mcp.fs]\ncommand = \"x\"\nheaders = { A = \"b\" }\n", "mcp.fs", "for an HTTP server"),
         ("[mcp.fs]\ncommand = \"x\"\ncall_timeout = \"0s\"\n", "mcp.fs.call_timeout", "invalid duration"),
         ("limits = 3\n", "limits", ""),
     ] {

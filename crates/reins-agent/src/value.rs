@@ -289,14 +289,23 @@ impl Serialize for Temperature {
 
 impl<'de> Deserialize<'de> for Temperature {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let found = seen(d)?;
-        let t = match found {
-            Seen::Float(x) => Some(x),
-            Seen::Int(n) => Some(n as f64),
-            _ => None,
-        };
-        t.and_then(Temperature::new).ok_or_else(|| expected("a number from 0 to 2", &found))
+        bounded_number(d, Temperature::new, "a number from 0 to 2")
     }
+}
+
+/// A number (an integer or a float) that `check` accepts, or the error saying what was `wanted`.
+fn bounded_number<'de, D: Deserializer<'de>, T>(
+    d: D,
+    check: fn(f64) -> Option<T>,
+    wanted: &str,
+) -> Result<T, D::Error> {
+    let found = seen(d)?;
+    let x = match found {
+        Seen::Float(x) => Some(x),
+        Seen::Int(n) => Some(n as f64),
+        _ => None,
+    };
+    x.and_then(check).ok_or_else(|| expected(wanted, &found))
 }
 
 /// A share of the context budget, more than 0 and at most 1 (`context.compact_at`).
@@ -322,13 +331,7 @@ impl Serialize for Share {
 
 impl<'de> Deserialize<'de> for Share {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let found = seen(d)?;
-        let t = match found {
-            Seen::Float(x) => Some(x),
-            Seen::Int(n) => Some(n as f64),
-            _ => None,
-        };
-        t.and_then(Share::new).ok_or_else(|| expected("a number more than 0 and at most 1", &found))
+        bounded_number(d, Share::new, "a number more than 0 and at most 1")
     }
 }
 

@@ -86,6 +86,11 @@ impl Transcript {
     pub fn new(prompt: impl Into<String>, counter: &dyn TokenCounter) -> Self {
         let first = Message::user(prompt);
         let size = measure(&first, counter);
+        Transcript::starting_with(first, size)
+    }
+
+    /// A transcript of its first message alone, measured as `size`.
+    fn starting_with(first: Message, size: u64) -> Self {
         let mut messages = imbl::Vector::new();
         messages.push_back(Arc::new(first));
         Transcript {
@@ -122,16 +127,7 @@ impl Transcript {
                 reason: format!("a transcript starts with a user message, not {}", first.role()),
             });
         }
-        let mut messages = imbl::Vector::new();
-        messages.push_back(Arc::new(first));
-        let mut t = Transcript {
-            messages,
-            prefix: vec![0, size],
-            group_starts: Vec::new(),
-            pending: Vec::new(),
-            answered: 0,
-            summary: None,
-        };
+        let mut t = Transcript::starting_with(first, size);
         for (m, size) in items {
             t.append(m, size)?;
         }

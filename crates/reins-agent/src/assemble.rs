@@ -70,6 +70,8 @@ pub struct Parts {
     pub own_instructions: Option<String>,
     /// Notes for the person running the agent (an `AGENTS.md` that was cut or not read).
     pub notes: Vec<String>,
+    /// The schema the final answer must match (`output_schema`).
+    pub output_schema: Option<reins::OutputSchema>,
 }
 
 /// The tools of a definition other than MCP servers', with the workspace and the command runner.
@@ -444,6 +446,7 @@ impl AgentDef {
         let compact_model = self.build_compact_model()?;
         let own_instructions = self.instructions_text()?;
         let (instructions, notes) = self.compose_instructions(&workspace, own_instructions.clone());
+        let output_schema = self.output_schema.as_ref().map(|s| s.load()).transpose()?;
         Ok(Parts {
             def: self.clone(),
             model,
@@ -456,6 +459,7 @@ impl AgentDef {
             instructions,
             own_instructions,
             notes,
+            output_schema,
         })
     }
 
@@ -505,6 +509,10 @@ impl AgentDef {
             if let Some(cwd) = &server.cwd {
                 server.cwd = Some(canonical(cwd));
             }
+        }
+        // The schema is recorded inline, so a resumed or replayed run has it whatever became of its file.
+        if let Some(schema) = def.output_schema.as_ref().and_then(|s| s.load().ok()) {
+            def.output_schema = Some(crate::output::OutputSchemaDef::Inline(schema.schema().clone()));
         }
         serde_json::json!({
             "agent": def.to_json(),
@@ -573,6 +581,9 @@ impl Parts {
         }
         if let Some(m) = &self.compact_model {
             builder = builder.compact_model(Arc::clone(m));
+        }
+        if let Some(schema) = &self.output_schema {
+            builder = builder.output_schema(schema.clone());
         }
         Ok(builder)
     }

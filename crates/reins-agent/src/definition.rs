@@ -51,6 +51,10 @@ pub struct AgentDef {
     /// Adds the test tools `echo` and `fail`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub test_tools: Option<bool>,
+    /// The JSON Schema the final answer must match: a JSON file (relative to the agent file) or an inline
+    /// table. The model answers through the `final_answer` tool; the outcome's `output` holds the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<crate::output::OutputSchemaDef>,
     /// `[provider]`: settings of a real model's adapter.
     #[serde(default, skip_serializing_if = "is_default")]
     pub provider: ProviderDef,
@@ -433,6 +437,9 @@ impl AgentDef {
         for (name, server) in &self.mcp {
             server.to_config(name)?;
         }
+        if let Some(schema) = &self.output_schema {
+            schema.validate()?;
+        }
         Ok(())
     }
 
@@ -453,6 +460,9 @@ impl AgentDef {
         }
         if let Some(f) = &self.instructions_file {
             self.instructions_file = Some(join(f));
+        }
+        if let Some(schema) = &self.output_schema {
+            self.output_schema = Some(schema.resolved(base_dir));
         }
         if let Some(p) = &self.workspace.path {
             self.workspace.path = Some(join(p));

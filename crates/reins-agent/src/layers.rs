@@ -112,7 +112,7 @@ const EXCLUSIVE: &[(&str, &str)] =
     &[("instructions", "instructions_file"), ("context.max_context_chars", "context.max_context_tokens")];
 
 fn is_atomic(path: &str) -> bool {
-    matches!(path, "provider.extra_body" | "commands.limits")
+    matches!(path, "provider.extra_body" | "commands.limits" | "output_schema")
         || path.strip_prefix("mcp.").is_some_and(|rest| !rest.is_empty() && !rest.contains('.'))
 }
 

@@ -47,6 +47,7 @@ mod definition;
 mod error;
 mod layers;
 mod load;
+mod output;
 mod test_tools;
 mod value;
 
@@ -56,6 +57,7 @@ pub use definition::{
     ProviderDef, REDACTED, WorkspaceDef, parse_preset,
 };
 pub use error::{BuildError, DefError};
+pub use output::{MAX_OUTPUT_SCHEMA_BYTES, OutputSchemaDef};
 pub use layers::{Entry, Layer, Origin, Resolved, defaults, resolve};
 pub use load::{
     MAX_DEFINITION_BYTES, MAX_INSTRUCTIONS_BYTES, MAX_SCRIPT_BYTES, UserConfig, absolute, agent_file, agent_file_layer,

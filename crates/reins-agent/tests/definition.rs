@@ -33,6 +33,11 @@ fn every_key_parses_and_round_trips_through_toml_and_json() {
     assert_eq!(def.context.compact_at.unwrap().get(), 0.7);
     assert_eq!(def.context.compact_model.as_ref().unwrap().as_str(), "script:/agents/summaries.json");
     assert_eq!(def.context.summary_prompt.as_deref(), Some("Summarize briefly."));
+    assert_eq!(
+        def.output_schema,
+        Some(reins_agent::OutputSchemaDef::File(PathBuf::from("/agents/schema.json"))),
+        "relative to the file"
+    );
 
     let toml_text = def.to_toml().unwrap();
     let again = AgentDef::from_toml(&toml_text, Path::new("/elsewhere")).unwrap();
@@ -305,4 +310,27 @@ fn command_line_specs_become_tables() {
     for bad in ["nocommand", "x=", "x=echo 'open"] {
         assert!(reins_agent::parse_preset(bad).is_err(), "{bad}");
     }
+}
+
+#[test]
+fn output_schema_is_a_file_or_an_inline_table_and_a_bad_one_names_its_key() {
+    let def = AgentDef::from_toml("[output_schema]\ntype = \"object\"\nrequired = [\"a\"]\n", Path::new("/a")).unwrap();
+    let Some(reins_agent::OutputSchemaDef::Inline(v)) = &def.output_schema else { panic!("{def:?}") };
+    assert_eq!(v["required"][0], "a");
+    assert_eq!(AgentDef::from_toml(&def.to_toml().unwrap(), Path::new("/b")).unwrap(), def);
+    assert_eq!(AgentDef::from_json(&def.to_json()).unwrap(), def);
+    for (text, says) in [
+        ("output_schema = 3\n", "expected the path of a JSON Schema file or an inline schema table"),
+        ("[output_schema]\ntype = 5\n", "invalid output schema"),
+        ("output_schema = \"\"\n", "empty path"),
+    ] {
+        let e = err(text);
+        assert_eq!(e.path.as_deref(), Some("output_schema"), "{text}: {e}");
+        assert!(e.message.contains(says), "{text}: {e}");
+    }
+    // A layer's schema replaces a lower layer's whole (never merged key by key).
+    let lower = AgentDef::from_toml("[output_schema]\ntype = \"object\"\nrequired = [\"a\"]\n", Path::new("/")).unwrap();
+    let upper = AgentDef::from_toml("[output_schema]\ntype = \"object\"\n", Path::new("/")).unwrap();
+    let r = resolve(&[Layer::new(Origin::AgentFile { path: "a".into() }, lower), Layer::new(Origin::Flag, upper.clone())]).unwrap();
+    assert_eq!(r.def.output_schema, upper.output_schema);
 }

@@ -89,6 +89,7 @@ pub fn flags_layer(args: &RunArgs) -> Result<AgentDef, CliError> {
     if i.no_agents_md {
         d.workspace.agents_md = Some(false);
     }
+    crate::media_cli::apply(&args.media, &mut d)?;
     d.provider.base_url = args.provider.base_url.clone();
     d.provider.max_response_tokens = args.provider.max_response_tokens.and_then(|n| Positive::new(n.into()));
     d.validate().map_err(|e| usage(flag_message(e)))?;

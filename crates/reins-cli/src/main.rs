@@ -40,6 +40,7 @@ mod demo;
 mod exit;
 mod instructions_cli;
 mod mcp_cli;
+mod media_cli;
 mod output;
 mod providers_cli;
 mod render;

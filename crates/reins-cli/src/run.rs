@@ -92,6 +92,9 @@ pub struct RunArgs {
     /// The session store.
     #[command(flatten)]
     pub store: crate::sessions_cli::RunStoreFlags,
+    /// Structured output.
+    #[command(flatten)]
+    pub media: crate::media_cli::MediaFlags,
 }
 
 /// The JSON-lines observer: one event a line on stdout.
@@ -195,6 +198,9 @@ pub async fn run(args: RunArgs) -> Result<u8, CliError> {
     }
     if !args.json {
         render::summary(&outcome);
+        if agent.output_schema().is_some() && outcome.output.is_none() {
+            errln!("  output: none (the final answer did not match the output schema)");
+        }
         crate::providers_cli::print_cost(&outcome);
     }
     Ok(code_for(outcome.status))

@@ -142,6 +142,9 @@ pub enum EventKind {
         /// The session the run is recorded in, when it is.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         session_id: Option<String>,
+        /// Whether the final answer matched the run's output schema (absent when the run has none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output_valid: Option<bool>,
     },
 }
 

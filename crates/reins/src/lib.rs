@@ -31,6 +31,7 @@ pub mod limits;
 pub mod message;
 pub mod model;
 pub mod outcome;
+pub mod output;
 pub mod policy;
 pub mod registry;
 pub mod testing;
@@ -45,7 +46,7 @@ pub use context::{
     CharCounter, ContextConfig, ContextError, ContextStrategy, DEFAULT_SUMMARY_PROMPT, TokenCounter, bound_text,
     bound_to_units,
 };
-pub use engine::driver::{Agent, AgentBuilder};
+pub use engine::driver::{Agent, AgentBuilder, TypedRunError};
 pub use engine::state::{Action, Admission, Batch, CallResult, Compaction, Plan, PlannedCall, RunState};
 pub use events::{EVENT_VERSION, Event, EventKind, Observer, ObserverError};
 pub use journal::{Journal, JournalError, RunJournal};
@@ -53,6 +54,7 @@ pub use limits::{ConfigError, DurationError, Limits, MIN_DURATION, parse_duratio
 pub use message::{Message, ToolCall, ToolResult};
 pub use model::{Conversation, Delta, DeltaSink, FinishReason, Model, ModelError, ModelRequest, ModelResponse};
 pub use outcome::{Outcome, Status};
+pub use output::{FINAL_ANSWER_TOOL, OutputSchema, OutputSchemaError};
 pub use policy::{Decision, Policy};
 pub use registry::{CallError, Registry, RegistryBuilder, RegistryError, ToolSource, is_valid_tool_name};
 pub use testing::{FnModel, ScriptError, ScriptStep, ScriptedModel, parse_script};

@@ -50,7 +50,7 @@ impl std::fmt::Display for Status {
 }
 
 /// The result of a run: `{"status", "answer", "error", "steps", "tool_calls", "usage", "run_id",
-/// "instructions", "messages"}`, plus `"session_id"` when the run was recorded.
+/// "instructions", "compactions", "output", "messages"}`, plus `"session_id"` when the run was recorded.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
     /// Why it ended.
@@ -76,6 +76,10 @@ pub struct Outcome {
     /// Compactions recorded by the run (the `summarize` context strategy).
     #[serde(default)]
     pub compactions: u64,
+    /// The validated output, when the run has an output schema and its final answer matched it (`null`
+    /// otherwise; see [`crate::output`]).
+    #[serde(default)]
+    pub output: Option<serde_json::Value>,
     /// The whole transcript: every assistant tool call has exactly one result.
     pub messages: Vec<Message>,
 }

@@ -45,9 +45,10 @@ pub fn is_valid_tool_name(name: &str) -> bool {
         && bytes.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_' || *b == b'-')
 }
 
+#[derive(Clone)]
 struct Entry {
     tool: Arc<dyn Tool>,
-    validator: jsonschema::Validator,
+    validator: Arc<jsonschema::Validator>,
     /// False when no value the schema accepts can hold a number (then a valid call needs no number scan).
     numbers: bool,
 }
@@ -149,8 +150,26 @@ impl Registry {
             let validator = compile_schema(&spec.name, &spec.input_schema)?;
             index.insert(spec.name.clone(), entries.len());
             let numbers = admits_numbers(&spec.input_schema);
-            entries.push(Entry { tool, validator, numbers });
+            entries.push(Entry { tool, validator: Arc::new(validator), numbers });
         }
+        let specs: Arc<[ToolSpec]> = entries.iter().map(|e| e.tool.spec().clone()).collect();
+        Ok(Registry { entries, index, specs })
+    }
+
+    /// The same tools plus the final-answer tool of `schema` (see [`crate::output`]): the compiled schemas
+    /// are shared, not compiled again, except the new tool's. Refused when a tool already has its name.
+    pub fn with_output(&self, schema: &crate::output::OutputSchema) -> Result<Registry, RegistryError> {
+        let tool = schema.tool();
+        let name = tool.spec().name.clone();
+        if self.position(&name).is_some() {
+            return Err(RegistryError::Duplicate { name });
+        }
+        let validator = compile_schema(&name, &tool.spec().input_schema)?;
+        let numbers = admits_numbers(&tool.spec().input_schema);
+        let mut entries = self.entries.clone();
+        let mut index = self.index.clone();
+        index.insert(name, entries.len());
+        entries.push(Entry { tool, validator: Arc::new(validator), numbers });
         let specs: Arc<[ToolSpec]> = entries.iter().map(|e| e.tool.spec().clone()).collect();
         Ok(Registry { entries, index, specs })
     }

@@ -20,7 +20,27 @@ use crate::model::Model;
 use crate::outcome::{Outcome, Status};
 use crate::policy::Policy;
 use crate::registry::{Registry, ToolSource};
+use crate::output::OutputSchema;
 use crate::tool::{ToolContext, ToolError};
+
+/// Why [`Agent::run_typed`] has no value to give.
+#[derive(Debug, thiserror::Error)]
+pub enum TypedRunError {
+    /// The type's schema is not a valid output schema.
+    #[error("the output type's schema: {0}")]
+    Schema(String),
+    /// The run ended without a valid output (see the outcome's status and error).
+    #[error("the run ended {} without a valid output{}", .0.status, .0.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default())]
+    NoOutput(Box<Outcome>),
+    /// The output matched the schema but did not deserialize into the type.
+    #[error("the output does not deserialize: {message}")]
+    Deserialize {
+        /// What serde said.
+        message: String,
+        /// The run's outcome.
+        outcome: Box<Outcome>,
+    },
+}
 
 /// A configured agent: a model, tools, limits, context rules, a policy and observers. One agent serves
 /// many runs, concurrently.
@@ -48,6 +68,7 @@ pub struct Agent {
     on_observer_error: Option<ObserverErrorHook>,
     include_content: bool,
     journal: Option<Arc<dyn Journal>>,
+    output_schema: Option<OutputSchema>,
 }
 
 /// Builds an [`Agent`].
@@ -64,6 +85,13 @@ impl AgentBuilder {
     pub fn instructions(mut self, text: impl Into<String>) -> Self {
         let text: String = text.into();
         self.agent.instructions = (!text.is_empty()).then(|| Arc::from(text));
+        self
+    }
+    /// Binds the final answer of every run to a JSON Schema (see [`crate::output`]): the model gets one more
+    /// tool, [`crate::FINAL_ANSWER_TOOL`], whose arguments are the answer; every other tool stays on offer on
+    /// every turn. The outcome's `output` holds the validated JSON.
+    pub fn output_schema(mut self, schema: OutputSchema) -> Self {
+        self.agent.output_schema = Some(schema);
         self
     }
     /// The model that writes summaries under the `summarize` context strategy (default: the run's own).
@@ -133,6 +161,11 @@ impl AgentBuilder {
     /// Checks the configuration.
     pub fn build(self) -> Result<Agent, ConfigError> {
         self.agent.limits.validate()?;
+        if let Some(schema) = &self.agent.output_schema {
+            if self.agent.tool_source.is_none() {
+                self.agent.registry.with_output(schema).map_err(|e| ConfigError(format!("output schema: {e}")))?;
+            }
+        }
         if self.agent.context.max_tool_result_chars == Some(0) {
             return Err(ConfigError("max_tool_result_chars must be at least 1".into()));
         }
@@ -230,6 +263,7 @@ impl Agent {
                 on_observer_error: None,
                 include_content: false,
                 journal: None,
+                output_schema: None,
             },
         }
     }
@@ -242,6 +276,11 @@ impl Agent {
     /// The tools.
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// The output schema of every run, if any.
+    pub fn output_schema(&self) -> Option<&OutputSchema> {
+        self.output_schema.as_ref()
     }
 
     /// The limits.
@@ -264,6 +303,46 @@ impl Agent {
         }
     }
 
+    /// Runs `prompt` with its final answer bound to the schema of `T` (from `schemars`, in place of the
+    /// agent's own output schema) and deserializes the validated output. The outcome comes with it, or
+    /// with the error when the run did not end with a valid output.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use reins::*;
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Answer { city: String }
+    /// let model = ScriptedModel::new(vec![ModelResponse::tool_calls("", vec![ToolCall::new(
+    ///     "1", "final_answer", serde_json::json!({"city": "Paris"}))])]);
+    /// let agent = Agent::builder(model).build().unwrap();
+    /// let (answer, outcome) = agent.run_typed::<Answer>("where?", Default::default()).await.unwrap();
+    /// assert_eq!(answer.city, "Paris");
+    /// assert_eq!(outcome.status, Status::Completed);
+    /// # });
+    /// ```
+    pub async fn run_typed<T>(&self, prompt: &str, cancel: CancellationToken) -> Result<(T, Outcome), TypedRunError>
+    where
+        T: serde::de::DeserializeOwned + schemars::JsonSchema,
+    {
+        let schema = OutputSchema::of::<T>().map_err(|e| TypedRunError::Schema(e.to_string()))?;
+        let run_id = uuid::Uuid::new_v4().to_string();
+        let outcome = match RunState::new(run_id, prompt, self.limits.clone(), &self.context) {
+            Ok(state) => {
+                let state =
+                    state.with_instructions(self.instructions.clone(), &self.context).with_output_schema(Some(&schema));
+                self.drive_with(state, cancel, Some(&schema)).await
+            }
+            Err(e) => self.refused(prompt, e),
+        };
+        let Some(value) = outcome.output.clone() else {
+            return Err(TypedRunError::NoOutput(Box::new(outcome)));
+        };
+        match serde_json::from_value::<T>(value) {
+            Ok(v) => Ok((v, outcome)),
+            Err(e) => Err(TypedRunError::Deserialize { message: e.to_string(), outcome: Box::new(outcome) }),
+        }
+    }
+
     fn refused(&self, prompt: &str, e: ConfigError) -> Outcome {
         Outcome {
             status: Status::Aborted,
@@ -276,13 +355,34 @@ impl Agent {
             session_id: None,
             instructions: self.instructions.as_deref().map(str::to_owned),
             compactions: 0,
+            output: None,
             messages: vec![Message::user(prompt)],
         }
     }
 
     /// Drives an existing state (new or resumed) to its end. The state carries the instructions the run
     /// is given (see [`RunState::set_instructions`]); [`Agent::run`] puts the agent's into a new state.
-    pub async fn drive(&self, mut state: RunState, cancel: CancellationToken) -> Outcome {
+    /// With an output schema on the agent, a state that has none is given it (a new run's is set by
+    /// [`Agent::run`]).
+    pub async fn drive(&self, state: RunState, cancel: CancellationToken) -> Outcome {
+        let schema = self.output_schema.as_ref();
+        let state = if schema.is_some() && state.output_valid().is_none() {
+            state.with_output_schema(schema)
+        } else {
+            state
+        };
+        self.drive_with(state, cancel, schema).await
+    }
+
+    /// The tools of a step: the registry, plus the output schema's final-answer tool.
+    fn step_registry(base: Arc<Registry>, output: Option<&OutputSchema>) -> Result<Arc<Registry>, String> {
+        match output {
+            None => Ok(base),
+            Some(s) => base.with_output(s).map(Arc::new).map_err(|e| format!("output schema: {e}")),
+        }
+    }
+
+    async fn drive_with(&self, mut state: RunState, cancel: CancellationToken, output: Option<&OutputSchema>) -> Outcome {
         let started = Instant::now();
         let limits = state.limits().clone();
         let deadline = limits.timeout.and_then(|d| started.checked_add(d)).map(tokio::time::Instant::from_std);
@@ -296,10 +396,15 @@ impl Agent {
         // One wait for the caller's cancellation, polled again at every step (it stays ready once fired),
         // instead of registering a new waiter for each model call and batch.
         let mut cancelled = pin!(cancel.cancelled());
-        let mut registry = match &self.tool_source {
+        let base = match &self.tool_source {
             Some(source) => source.registry().await,
             None => Arc::clone(&self.registry),
         };
+        let mut registry_error = None;
+        let mut registry = Self::step_registry(Arc::clone(&base), output).unwrap_or_else(|e| {
+            registry_error = Some(e);
+            base
+        });
         let mut journal_error = None;
         let journal: Option<Arc<dyn RunJournal>> = match &self.journal {
             None => None,
@@ -321,6 +426,9 @@ impl Agent {
             Emitter::new(Arc::from(state.run_id()), observers, self.on_observer_error.clone(), self.include_content);
         if let Some(e) = journal_error {
             state.interrupt(Status::Aborted, e.to_string(), &self.context);
+        }
+        if let Some(e) = registry_error {
+            state.interrupt(Status::Aborted, e, &self.context);
         }
         if emitter.active() {
             let tools = registry.specs().iter().map(|s| s.name.clone()).collect();
@@ -564,7 +672,8 @@ impl Agent {
                     state.record_batch(results, &unfinished, end, &self.context);
                     // Between steps: tools may have changed (the next model turn sees the new ones).
                     if let (Some(source), false) = (&self.tool_source, run_cancel.is_cancelled()) {
-                        registry = source.registry().await;
+                        let base = source.registry().await;
+                        registry = Self::step_registry(Arc::clone(&base), output).unwrap_or(base);
                     }
                 }
             }
@@ -589,6 +698,7 @@ impl Agent {
             compactions: outcome.compactions,
             error: outcome.error.clone(),
             session_id,
+            output_valid: output.map(|_| outcome.output.is_some()),
         });
         if let Some(j) = &journal {
             if let Err(e) = j.finish(&outcome).await {

@@ -11,6 +11,7 @@ use crate::limits::{ConfigError, Limits};
 use crate::message::{Message, ToolCall, ToolResult};
 use crate::model::{ModelError, ModelRequest, ModelResponse};
 use crate::outcome::{Outcome, Status};
+use crate::output::{FINAL_ANSWER_TOOL, OutputSchema, OutputState, WRAPPED_KEY, json_in_text, reminder};
 use crate::policy::{Decision, Policy};
 use crate::registry::Registry;
 use crate::tool::ToolSpec;
@@ -133,6 +134,9 @@ pub enum Admission {
     Completed,
     /// A batch was admitted; [`RunState::next_action`] returns it.
     Batch,
+    /// The answer was plain text where an output schema asks for the final-answer tool: the model was
+    /// told so, once, and is called again.
+    Reminded,
 }
 
 /// The tool specs a run last measured, and their size: measured again only when the registry's specs
@@ -170,6 +174,9 @@ pub struct RunState {
     /// Compactions recorded by this run.
     #[serde(default)]
     compactions: u64,
+    /// The output schema's part of the state, when the run has one (see [`crate::output`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    output: Option<OutputState>,
     phase: Phase,
 }
 
@@ -198,6 +205,7 @@ impl RunState {
             tool_calls: 0,
             usage: UsageTotals::default(),
             compactions: 0,
+            output: None,
             phase: Phase::Ready,
         })
     }
@@ -231,6 +239,7 @@ impl RunState {
             tool_calls: 0,
             usage: UsageTotals::default(),
             compactions: 0,
+            output: None,
             phase: Phase::Ready,
         })
     }
@@ -246,6 +255,28 @@ impl RunState {
     pub fn with_instructions(mut self, instructions: Option<Arc<str>>, ctx: &ContextConfig) -> Self {
         self.set_instructions(instructions, ctx);
         self
+    }
+
+    /// Binds the run's final answer to `schema` (or unbinds it). The registry the run is driven with must
+    /// hold the schema's final-answer tool ([`Registry::with_output`]); [`crate::Agent`] adds it.
+    pub fn set_output_schema(&mut self, schema: Option<&OutputSchema>) {
+        self.output = schema.map(|s| OutputState { wrapped: s.is_wrapped(), ..OutputState::default() });
+    }
+
+    /// The same state with its final answer bound to `schema` (see [`RunState::set_output_schema`]).
+    pub fn with_output_schema(mut self, schema: Option<&OutputSchema>) -> Self {
+        self.set_output_schema(schema);
+        self
+    }
+
+    /// The validated output, once the final answer matched the output schema.
+    pub fn output(&self) -> Option<&serde_json::Value> {
+        self.output.as_ref().and_then(|o| o.value.as_ref())
+    }
+
+    /// Whether the run's output validated: `None` when the run has no output schema.
+    pub fn output_valid(&self) -> Option<bool> {
+        self.output.as_ref().map(|o| o.value.is_some())
     }
 
     /// The run's instructions, if any.
@@ -592,12 +623,106 @@ impl RunState {
         }
         let ModelResponse { text, tool_calls, .. } = response;
         let counter = ctx.counter.as_ref();
+        if self.output.is_some() {
+            match self.take_output(text, tool_calls, registry, ctx) {
+                Ok(admission) => return admission,
+                Err((text, calls)) => return self.admit_calls(text, calls, registry, policy, ctx),
+            }
+        }
         if tool_calls.is_empty() {
             if let Err(e) = self.transcript.push_assistant(text.clone(), Vec::new(), counter) {
                 return self.end(Status::ModelError, None, Some(e.to_string()));
             }
             return self.end(Status::Completed, Some(text), None);
         }
+        self.admit_calls(text, tool_calls, registry, policy, ctx)
+    }
+
+    /// Under an output schema: a lone valid final-answer call, or a plain-text answer, is taken here; any
+    /// other turn (tool calls, an invalid final-answer call) is handed back to be admitted as a batch.
+    #[allow(clippy::type_complexity)]
+    fn take_output(
+        &mut self,
+        text: String,
+        tool_calls: Vec<ToolCall>,
+        registry: &Registry,
+        ctx: &ContextConfig,
+    ) -> Result<Admission, (String, Vec<ToolCall>)> {
+        let counter = ctx.counter.as_ref();
+        let Some(state) = self.output.as_ref() else { return Err((text, tool_calls)) };
+        let wrapped = state.wrapped;
+        let unwrap = |v: &serde_json::Value| if wrapped { v.get(WRAPPED_KEY).cloned() } else { Some(v.clone()) };
+        if let [call] = tool_calls.as_slice() {
+            if call.name == FINAL_ANSWER_TOOL && registry.check(FINAL_ANSWER_TOOL, &call.arguments).is_ok() {
+                let Some(value) = unwrap(&call.arguments) else { return Err((text, tool_calls)) };
+                let call_id = call.id.clone();
+                let answer = value.to_string();
+                if let Err(e) = self.transcript.push_assistant(text, tool_calls, counter) {
+                    return Ok(self.end(Status::ModelError, None, Some(e.to_string())));
+                }
+                let accepted = ToolResult { call_id, content: "accepted as the final answer".into(), is_error: false };
+                if let Err(e) = self.transcript.push_result(accepted, counter) {
+                    return Ok(self.end(Status::ModelError, None, Some(format!("internal: {e}"))));
+                }
+                self.set_output_value(value);
+                return Ok(self.end(Status::Completed, Some(answer), None));
+            }
+        }
+        if !tool_calls.is_empty() {
+            return Err((text, tool_calls));
+        }
+        // Plain text: JSON that matches the schema (an API's native JSON mode) is the output.
+        let mut why = None;
+        if let Some(json) = json_in_text(&text) {
+            let args = if wrapped { serde_json::json!({ WRAPPED_KEY: json }) } else { json.clone() };
+            match registry.check(FINAL_ANSWER_TOOL, &args) {
+                Ok(_) => {
+                    if let Err(e) = self.transcript.push_assistant(text.clone(), Vec::new(), counter) {
+                        return Ok(self.end(Status::ModelError, None, Some(e.to_string())));
+                    }
+                    self.set_output_value(json);
+                    return Ok(self.end(Status::Completed, Some(text), None));
+                }
+                Err(crate::registry::CallError::InvalidArguments { errors, .. }) => {
+                    why = Some(errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "));
+                }
+                Err(e) => why = Some(e.to_string()),
+            }
+        }
+        let told = self.output.as_ref().is_some_and(|o| o.told);
+        if let Err(e) = self.transcript.push_assistant(text.clone(), Vec::new(), counter) {
+            return Ok(self.end(Status::ModelError, None, Some(e.to_string())));
+        }
+        if told {
+            // Told once already: the run ends with the text as its answer and no output.
+            return Ok(self.end(Status::Completed, Some(text), None));
+        }
+        if let Err(e) = self.transcript.push_user(reminder(why.as_deref()), counter) {
+            return Ok(self.end(Status::ModelError, None, Some(format!("internal: {e}"))));
+        }
+        if let Some(o) = self.output.as_mut() {
+            o.told = true;
+        }
+        Ok(Admission::Reminded)
+    }
+
+    fn set_output_value(&mut self, value: serde_json::Value) {
+        if let Some(o) = self.output.as_mut() {
+            o.value = Some(value);
+        }
+    }
+
+    /// The tool-call half of [`RunState::on_model_response`]: the tool-call budget, the context admission,
+    /// each call validated and put to the policy, then the turn recorded and the batch admitted.
+    fn admit_calls(
+        &mut self,
+        text: String,
+        tool_calls: Vec<ToolCall>,
+        registry: &Registry,
+        policy: Option<&dyn Policy>,
+        ctx: &ContextConfig,
+    ) -> Admission {
+        let counter = ctx.counter.as_ref();
         let n = tool_calls.len() as u64;
         if let Some(max) = self.limits.max_tool_calls {
             let left = max.saturating_sub(self.tool_calls);
@@ -793,6 +918,7 @@ impl RunState {
             session_id: None,
             instructions: self.instructions.as_deref().map(str::to_owned),
             compactions: self.compactions,
+            output: self.output().cloned(),
             messages,
         }
     }

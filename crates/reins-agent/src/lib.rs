@@ -57,12 +57,12 @@ pub use definition::{
     ProviderDef, REDACTED, WorkspaceDef, parse_preset,
 };
 pub use error::{BuildError, DefError};
-pub use output::{MAX_OUTPUT_SCHEMA_BYTES, OutputSchemaDef};
 pub use layers::{Entry, Layer, Origin, Resolved, defaults, resolve};
 pub use load::{
     MAX_DEFINITION_BYTES, MAX_INSTRUCTIONS_BYTES, MAX_SCRIPT_BYTES, UserConfig, absolute, agent_file, agent_file_layer,
     parse_toml, read_bounded, read_capped, user_config_path,
 };
+pub use output::{MAX_OUTPUT_SCHEMA_BYTES, OutputSchemaDef};
 pub use test_tools::tools as test_tools;
 pub use value::{Count, Dur, ModelKind, ModelSpec, Positive, Share, Temperature, ToolChoiceSpec, parse_duration};
 

@@ -71,7 +71,8 @@ impl OutputSchemaDef {
             OutputSchemaDef::File(p) => {
                 let text = read_bounded(p, MAX_OUTPUT_SCHEMA_BYTES)
                     .map_err(|e| DefError::at("output_schema", format!("cannot read {}: {e}", p.display())))?;
-                reins::OutputSchema::parse(&text).map_err(|e| DefError::at("output_schema", format!("{}: {e}", p.display())))
+                reins::OutputSchema::parse(&text)
+                    .map_err(|e| DefError::at("output_schema", format!("{}: {e}", p.display())))
             }
         }
     }

@@ -329,8 +329,11 @@ fn output_schema_is_a_file_or_an_inline_table_and_a_bad_one_names_its_key() {
         assert!(e.message.contains(says), "{text}: {e}");
     }
     // A layer's schema replaces a lower layer's whole (never merged key by key).
-    let lower = AgentDef::from_toml("[output_schema]\ntype = \"object\"\nrequired = [\"a\"]\n", Path::new("/")).unwrap();
+    let lower =
+        AgentDef::from_toml("[output_schema]\ntype = \"object\"\nrequired = [\"a\"]\n", Path::new("/")).unwrap();
     let upper = AgentDef::from_toml("[output_schema]\ntype = \"object\"\n", Path::new("/")).unwrap();
-    let r = resolve(&[Layer::new(Origin::AgentFile { path: "a".into() }, lower), Layer::new(Origin::Flag, upper.clone())]).unwrap();
+    let r =
+        resolve(&[Layer::new(Origin::AgentFile { path: "a".into() }, lower), Layer::new(Origin::Flag, upper.clone())])
+            .unwrap();
     assert_eq!(r.def.output_schema, upper.output_schema);
 }

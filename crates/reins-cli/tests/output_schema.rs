@@ -47,7 +47,8 @@ fn final_answer(id: &str, args: Value) -> Value {
 fn two_tools_then_a_valid_answer_sets_output_and_run_end_says_it_validated() {
     let dir = Dir::new("schema-ok");
     let schema = dir.file("schema.json", SCHEMA);
-    let script = json!([echo("1", "Lyon"), echo("2", "500000"), final_answer("3", json!({"city": "Lyon", "n": 500000}))]);
+    let script =
+        json!([echo("1", "Lyon"), echo("2", "500000"), final_answer("3", json!({"city": "Lyon", "n": 500000}))]);
     let (out, outcome) = run(&dir, script, &["--json", "--output-schema", schema.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let o = outcome.unwrap();
@@ -63,7 +64,10 @@ fn two_tools_then_a_valid_answer_sets_output_and_run_end_says_it_validated() {
 fn an_invalid_answer_goes_back_with_its_failures_and_the_model_recovers() {
     let dir = Dir::new("schema-recover");
     let schema = dir.file("schema.json", SCHEMA);
-    let script = json!([final_answer("1", json!({"city": "Lyon", "n": "many"})), final_answer("2", json!({"city": "Lyon", "n": 5}))]);
+    let script = json!([
+        final_answer("1", json!({"city": "Lyon", "n": "many"})),
+        final_answer("2", json!({"city": "Lyon", "n": 5}))
+    ]);
     let (out, outcome) = run(&dir, script, &["--output-schema", schema.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let o = outcome.unwrap();
@@ -130,7 +134,15 @@ fn an_agent_file_gives_the_schema_inline_or_as_a_relative_file() {
     for agent in [&file_agent, &inline_agent] {
         let out_file = dir.0.join("o.json");
         let out = reins()
-            .args(["run", "--no-store", "--agent", agent.to_str().unwrap(), "--output", out_file.to_str().unwrap(), "go"])
+            .args([
+                "run",
+                "--no-store",
+                "--agent",
+                agent.to_str().unwrap(),
+                "--output",
+                out_file.to_str().unwrap(),
+                "go",
+            ])
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
@@ -165,9 +177,7 @@ fn a_resumed_session_keeps_the_recorded_schema_even_when_its_file_is_gone() {
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .find_map(|v| v["id"].as_str().map(str::to_owned))
-        .or_else(|| {
-            serde_json::from_str::<Value>(&text).ok()?.as_array()?.first()?["id"].as_str().map(str::to_owned)
-        })
+        .or_else(|| serde_json::from_str::<Value>(&text).ok()?.as_array()?.first()?["id"].as_str().map(str::to_owned))
         .unwrap_or_else(|| panic!("no session: {text}"));
     std::fs::write(&script, json!([final_answer("1", json!({"city": "Metz", "n": 2}))]).to_string()).unwrap();
     let out_file = dir.0.join("o.json");

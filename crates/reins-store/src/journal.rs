@@ -345,6 +345,7 @@ impl RunJournal for RunLog {
             tool_calls: u64,
             usage: &'a reins::UsageTotals,
             compactions: u64,
+            output: &'a Option<serde_json::Value>,
             run_id: &'a str,
             #[serde(skip_serializing_if = "Option::is_none")]
             session_id: &'a Option<String>,
@@ -358,6 +359,7 @@ impl RunJournal for RunLog {
             tool_calls: o.tool_calls,
             usage: &o.usage,
             compactions: o.compactions,
+            output: &o.output,
             run_id: &o.run_id,
             session_id: &o.session_id,
         };

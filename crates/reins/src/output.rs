@@ -68,11 +68,7 @@ impl OutputSchema {
             }
         }
         jsonschema::meta::validate(&schema).map_err(|e| {
-            OutputSchemaError(format!(
-                "{} (at {})",
-                e,
-                crate::registry::pointer_or_root(e.instance_path().as_str())
-            ))
+            OutputSchemaError(format!("{} (at {})", e, crate::registry::pointer_or_root(e.instance_path().as_str())))
         })?;
         jsonschema::validator_for(&schema).map_err(|e| OutputSchemaError(e.to_string()))?;
         let wrapped = schema.get("type").and_then(Value::as_str) != Some("object");
@@ -80,7 +76,8 @@ impl OutputSchema {
             // References into the schema's own definitions (`#/$defs/X`, as `schemars` writes them) must
             // still resolve from the wrapper's root: the definitions move up with the same names.
             let mut inner = schema.clone();
-            let mut wrapper = serde_json::json!({"type": "object", "required": [WRAPPED_KEY], "additionalProperties": false});
+            let mut wrapper =
+                serde_json::json!({"type": "object", "required": [WRAPPED_KEY], "additionalProperties": false});
             if let (Value::Object(inner), Value::Object(outer)) = (&mut inner, &mut wrapper) {
                 for key in ["$defs", "definitions"] {
                     if let Some(defs) = inner.remove(key) {
@@ -113,8 +110,7 @@ impl OutputSchema {
                 MAX_OUTPUT_SCHEMA_BYTES
             )));
         }
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| OutputSchemaError(format!("not valid JSON: {e}")))?;
+        let value: Value = serde_json::from_str(text).map_err(|e| OutputSchemaError(format!("not valid JSON: {e}")))?;
         Self::new(value)
     }
 

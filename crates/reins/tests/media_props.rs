@@ -8,7 +8,8 @@ use reins::OutputSchema;
 use serde_json::{Value, json};
 
 const TYPES: &[&str] = &["object", "string", "integer", "number", "boolean", "array", "null", "bogus"];
-const KEYS: &[&str] = &["type", "properties", "required", "items", "enum", "minimum", "additionalProperties", "anyOf", "$ref"];
+const KEYS: &[&str] =
+    &["type", "properties", "required", "items", "enum", "minimum", "additionalProperties", "anyOf", "$ref"];
 
 fn schema_like() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![

@@ -6,9 +6,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use reins::{
-    Agent, Event, EventKind, Limits, Message, ModelResponse, OutputSchema, RunState, Status, TypedRunError,
-};
+use reins::{Agent, Event, EventKind, Limits, Message, ModelResponse, OutputSchema, RunState, Status, TypedRunError};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -54,8 +52,7 @@ async fn two_tools_then_schema_valid_answer_completes_with_output() {
         calls(vec![final_call("3", json!({"city": "Paris", "population": 2100000}))]),
     ]);
     let schema = OutputSchema::new(city_schema()).unwrap();
-    let (agent, events) =
-        events_of(agent_with(Arc::clone(&model), &runs, Limits::default()).output_schema(schema));
+    let (agent, events) = events_of(agent_with(Arc::clone(&model), &runs, Limits::default()).output_schema(schema));
     let o = run(&agent).await;
     is_status(&o, Status::Completed);
     assert_eq!(runs.get(), 2, "both tools ran");
@@ -83,8 +80,7 @@ async fn an_invalid_answer_is_told_why_by_json_pointer_and_the_model_recovers() 
         calls(vec![final_call("2", json!({"city": "Paris", "population": 3}))]),
     ]);
     let schema = OutputSchema::new(city_schema()).unwrap();
-    let (agent, events) =
-        events_of(agent_with(Arc::clone(&model), &runs, Limits::default()).output_schema(schema));
+    let (agent, events) = events_of(agent_with(Arc::clone(&model), &runs, Limits::default()).output_schema(schema));
     let o = run(&agent).await;
     is_status(&o, Status::Completed);
     assert_eq!(o.output, Some(json!({"city": "Paris", "population": 3})));
@@ -117,7 +113,10 @@ async fn invalid_answers_until_the_step_budget_ends_the_run_without_output() {
 #[tokio::test]
 async fn plain_text_is_reminded_once_then_the_tool_answer_is_taken() {
     let runs = Runs::default();
-    let model = scripted(vec![answer("Paris, about two million"), calls(vec![final_call("1", json!({"city": "Paris", "population": 2}))])]);
+    let model = scripted(vec![
+        answer("Paris, about two million"),
+        calls(vec![final_call("1", json!({"city": "Paris", "population": 2}))]),
+    ]);
     let schema = OutputSchema::new(city_schema()).unwrap();
     let agent = agent_with(Arc::clone(&model), &runs, Limits::default()).output_schema(schema).build().unwrap();
     let o = run(&agent).await;
@@ -157,7 +156,10 @@ async fn json_text_that_matches_the_schema_is_the_output() {
 #[tokio::test]
 async fn json_text_that_fails_the_schema_is_reminded_with_the_failures() {
     let runs = Runs::default();
-    let model = scripted(vec![answer(r#"{"city": "Rome"}"#), calls(vec![final_call("1", json!({"city": "Rome", "population": 4}))])]);
+    let model = scripted(vec![
+        answer(r#"{"city": "Rome"}"#),
+        calls(vec![final_call("1", json!({"city": "Rome", "population": 4}))]),
+    ]);
     let schema = OutputSchema::new(city_schema()).unwrap();
     let o = run(&agent_with(model, &runs, Limits::default()).output_schema(schema).build().unwrap()).await;
     is_status(&o, Status::Completed);
@@ -258,8 +260,7 @@ async fn run_typed_without_output_says_how_the_run_ended() {
 async fn the_output_state_survives_serialization_mid_run() {
     let schema = OutputSchema::new(city_schema()).unwrap();
     let ctx = reins::ContextConfig::default();
-    let mut state =
-        RunState::new("r", "go", Limits::default(), &ctx).unwrap().with_output_schema(Some(&schema));
+    let mut state = RunState::new("r", "go", Limits::default(), &ctx).unwrap().with_output_schema(Some(&schema));
     let registry = reins::Registry::empty().with_output(&schema).unwrap();
     let adm = state.on_model_response(Ok(answer("plain")), &registry, None, &ctx);
     assert_eq!(adm, reins::Admission::Reminded);

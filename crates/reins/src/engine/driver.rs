@@ -18,9 +18,9 @@ use crate::limits::{ConfigError, Limits};
 use crate::message::Message;
 use crate::model::Model;
 use crate::outcome::{Outcome, Status};
+use crate::output::OutputSchema;
 use crate::policy::Policy;
 use crate::registry::{Registry, ToolSource};
-use crate::output::OutputSchema;
 use crate::tool::{ToolContext, ToolError};
 
 /// Why [`Agent::run_typed`] has no value to give.
@@ -366,11 +366,8 @@ impl Agent {
     /// [`Agent::run`]).
     pub async fn drive(&self, state: RunState, cancel: CancellationToken) -> Outcome {
         let schema = self.output_schema.as_ref();
-        let state = if schema.is_some() && state.output_valid().is_none() {
-            state.with_output_schema(schema)
-        } else {
-            state
-        };
+        let state =
+            if schema.is_some() && state.output_valid().is_none() { state.with_output_schema(schema) } else { state };
         self.drive_with(state, cancel, schema).await
     }
 
@@ -382,7 +379,12 @@ impl Agent {
         }
     }
 
-    async fn drive_with(&self, mut state: RunState, cancel: CancellationToken, output: Option<&OutputSchema>) -> Outcome {
+    async fn drive_with(
+        &self,
+        mut state: RunState,
+        cancel: CancellationToken,
+        output: Option<&OutputSchema>,
+    ) -> Outcome {
         let started = Instant::now();
         let limits = state.limits().clone();
         let deadline = limits.timeout.and_then(|d| started.checked_add(d)).map(tokio::time::Instant::from_std);

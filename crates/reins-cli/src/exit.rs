@@ -14,7 +14,8 @@ Exit codes:
   6  timeout          --timeout passed
   7  aborted          cancelled (Ctrl-C, SIGTERM, SIGHUP) or stopped by policy
   8  model_error      the model call failed or its response was malformed
-  9  context_limit    the context budget cannot hold the first message and the newest turn";
+  9  context_limit    the context budget cannot hold the first message and the newest turn
+ 14  awaiting_approval  a call waits for a decision: `reins approve ID` continues the run";
 
 /// The exit code for a run's status.
 pub fn code_for(status: Status) -> u8 {
@@ -27,6 +28,7 @@ pub fn code_for(status: Status) -> u8 {
         Status::Aborted => 7,
         Status::ModelError => 8,
         Status::ContextLimit => 9,
+        Status::AwaitingApproval => 14,
     }
 }
 

@@ -61,6 +61,24 @@ pub fn progress_line(event: &Event) -> Option<String> {
                 "  ⇊ compaction · {items} earlier items {how} · context {chars_before} → {chars_after} · {duration_ms:.1} ms"
             )
         }
+        EventKind::ApprovalRequested { calls, .. } => {
+            let list: Vec<String> =
+                calls.iter().map(|c| format!("{} {} ({})", c.call_id, c.name, preview(&c.reason))).collect();
+            format!("  ? approval needed: {}", list.join("; "))
+        }
+        EventKind::ApprovalDecided { call_id, name, decision, reason, .. } => {
+            let why = reason.as_deref().map(|r| format!(": {}", preview(r))).unwrap_or_default();
+            format!("  ✓ {decision} {call_id} {name}{why}")
+        }
+        EventKind::Hook { hook_event, hook, call_id, decision, reason, error, duration_ms } => {
+            let call = call_id.as_deref().map(|c| format!(" {c}")).unwrap_or_default();
+            let why = match (error, reason) {
+                (Some(e), _) => format!(" (failed: {})", preview(e)),
+                (None, Some(r)) => format!(": {}", preview(r)),
+                _ => String::new(),
+            };
+            format!("    ⚑ {hook_event} hook {}{call} · {decision}{why} · {duration_ms:.1} ms", preview(hook))
+        }
         EventKind::LimitHit { status, detail } => format!("  limit hit ({status}): {detail}"),
         EventKind::RunEnd { .. } => return None,
     };

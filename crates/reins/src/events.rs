@@ -114,6 +114,51 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         fallback: Option<String>,
     },
+    /// A batch waits for decisions: the calls that need one (the others of the batch wait with them).
+    ApprovalRequested {
+        /// The steps made so far.
+        step: u64,
+        /// Each call that needs a decision: `{"call_id", "name", "arguments_hash", "reason"}`, plus
+        /// `"arguments"` with content opted in.
+        calls: Vec<ApprovalCall>,
+    },
+    /// A decision about a call was applied (recorded before the call runs).
+    ApprovalDecided {
+        /// The call.
+        call_id: String,
+        /// The tool.
+        name: String,
+        /// The hash of the arguments the decision was made for.
+        arguments_hash: String,
+        /// `approve`, `deny` or `edit`.
+        decision: String,
+        /// Why, for a denial.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        /// The edited arguments (only with content opted in).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arguments: Option<serde_json::Value>,
+    },
+    /// A hook answered (or failed: then `error` says why and the decision is the fail-closed one).
+    Hook {
+        /// `pre_tool`, `post_tool` or `stop`.
+        hook_event: String,
+        /// The hook (a command hook's program).
+        hook: String,
+        /// The call, for a tool event.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call_id: Option<String>,
+        /// `allow`, `deny`, `ask`, `rewrite`, `keep`, `replace`, `redact`, `accept` or `refuse`.
+        decision: String,
+        /// The reason or feedback, when the answer has one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        /// Why the hook failed (it then denies: fail closed).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        /// How long it took.
+        duration_ms: f64,
+    },
     /// A limit ended the run.
     LimitHit {
         /// The status it ends with.
@@ -146,6 +191,22 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         output_valid: Option<bool>,
     },
+}
+
+/// A call that needs a decision, as [`EventKind::ApprovalRequested`] lists it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalCall {
+    /// The call's id.
+    pub call_id: String,
+    /// The tool.
+    pub name: String,
+    /// The hash a decision must name.
+    pub arguments_hash: String,
+    /// Why a decision is needed.
+    pub reason: String,
+    /// The arguments (only with content opted in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<serde_json::Value>,
 }
 
 /// One event of a run: `{"v": 1, "type", "run_id", "seq", "ts", ...}` in JSON.

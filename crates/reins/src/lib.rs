@@ -23,9 +23,11 @@
 //! # });
 //! ```
 
+pub mod approval;
 pub mod context;
 pub mod engine;
 pub mod events;
+pub mod hook;
 pub mod journal;
 pub mod limits;
 pub mod message;
@@ -40,6 +42,10 @@ pub mod transcript;
 pub mod usage;
 pub mod validate;
 
+pub use approval::{
+    ApprovalDecision, ApprovalError, ApprovalRequest, Approver, DecisionError, GivenDecisions, PendingCall, Verdict,
+    arguments_hash, canonical_json,
+};
 #[cfg(feature = "tiktoken")]
 pub use context::TiktokenCounter;
 pub use context::{
@@ -48,14 +54,15 @@ pub use context::{
 };
 pub use engine::driver::{Agent, AgentBuilder, TypedRunError};
 pub use engine::state::{Action, Admission, Batch, CallResult, Compaction, Plan, PlannedCall, RunState};
-pub use events::{EVENT_VERSION, Event, EventKind, Observer, ObserverError};
+pub use events::{ApprovalCall, EVENT_VERSION, Event, EventKind, Observer, ObserverError};
+pub use hook::{Hook, HookAnswer, HookContext, HookError, HookEvent, HookResult, PostTool, PreTool, StopAnswer};
 pub use journal::{Journal, JournalError, RunJournal};
 pub use limits::{ConfigError, DurationError, Limits, MIN_DURATION, parse_duration};
 pub use message::{Message, ToolCall, ToolResult};
 pub use model::{Conversation, Delta, DeltaSink, FinishReason, Model, ModelError, ModelRequest, ModelResponse};
 pub use outcome::{Outcome, Status};
 pub use output::{FINAL_ANSWER_TOOL, OutputSchema, OutputSchemaError};
-pub use policy::{Decision, Policy};
+pub use policy::{Decision, Policy, PolicyDecision};
 pub use registry::{CallError, Registry, RegistryBuilder, RegistryError, ToolSource, is_valid_tool_name};
 pub use testing::{FnModel, ScriptError, ScriptStep, ScriptedModel, parse_script};
 pub use tool::{FnTool, Tool, ToolContext, ToolError, ToolOutput, ToolSpec, Typed, TypedTool, typed};

@@ -25,6 +25,9 @@ pub enum Status {
     ModelError,
     /// The context budget cannot hold the first message plus the newest group.
     ContextLimit,
+    /// A batch waits for decisions about calls a policy or hook asked about, and no approver gave them
+    /// all; the outcome's `pending` holds the batch (continue with decisions: `reins approve`).
+    AwaitingApproval,
 }
 
 impl Status {
@@ -39,6 +42,7 @@ impl Status {
             Status::Aborted => "aborted",
             Status::ModelError => "model_error",
             Status::ContextLimit => "context_limit",
+            Status::AwaitingApproval => "awaiting_approval",
         }
     }
 }
@@ -80,6 +84,11 @@ pub struct Outcome {
     /// otherwise; see [`crate::output`]).
     #[serde(default)]
     pub output: Option<serde_json::Value>,
-    /// The whole transcript: every assistant tool call has exactly one result.
+    /// Under `awaiting_approval`: the waiting batch, every call of it with its plan (run, reject, or ask
+    /// for a decision) in call order. Empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending: Vec<crate::approval::PendingCall>,
+    /// The whole transcript: every assistant tool call has exactly one result (but those of a batch
+    /// awaiting approval, which has none yet).
     pub messages: Vec<Message>,
 }

@@ -11,7 +11,13 @@ pub enum Decision {
     Deny(String),
     /// No call of the batch runs and the run ends `aborted` with this reason.
     Stop(String),
+    /// The call needs a person's decision (see [`crate::approval`]): the whole batch waits before any of
+    /// it runs. The driver asks its [`crate::Approver`]; without one the run ends `awaiting_approval`.
+    Ask(String),
 }
+
+/// The name the approval design uses for a policy's answer: the same type as [`Decision`].
+pub type PolicyDecision = Decision;
 
 /// Decides over validated calls before they run. Closures `Fn(&ToolCall) -> Decision` are policies.
 ///

@@ -11,8 +11,11 @@ use futures_util::future::join_all;
 use tokio_util::sync::CancellationToken;
 
 use super::state::{Action, Admission, CallResult, Plan, PlannedCall, RunState};
+use crate::approval::{ApprovalRequest, Approver};
 use crate::context::ContextConfig;
+use crate::events::ApprovalCall;
 use crate::events::{Emitter, EventKind, Observer, ObserverErrorHook, ms, panic_message};
+use crate::hook::{Hook, HookContext, HookEvent, HookResult, PostTool, PreTool, StopAnswer};
 use crate::journal::{Journal, JournalObserver, RunJournal};
 use crate::limits::{ConfigError, Limits};
 use crate::message::Message;
@@ -69,6 +72,8 @@ pub struct Agent {
     include_content: bool,
     journal: Option<Arc<dyn Journal>>,
     output_schema: Option<OutputSchema>,
+    approver: Option<Arc<dyn Approver>>,
+    hooks: Vec<Arc<dyn Hook>>,
 }
 
 /// Builds an [`Agent`].
@@ -158,6 +163,17 @@ impl AgentBuilder {
         self.agent.journal = Some(journal);
         self
     }
+    /// Decides on calls a policy or hook asks about (see [`crate::approval`]). Without one, a batch that
+    /// needs a decision ends the run `awaiting_approval`.
+    pub fn approver(mut self, approver: Arc<dyn Approver>) -> Self {
+        self.agent.approver = Some(approver);
+        self
+    }
+    /// Adds a hook (see [`crate::hook`]); hooks run in the order they were added.
+    pub fn hook(mut self, hook: Arc<dyn Hook>) -> Self {
+        self.agent.hooks.push(hook);
+        self
+    }
     /// Checks the configuration.
     pub fn build(self) -> Result<Agent, ConfigError> {
         self.agent.limits.validate()?;
@@ -189,6 +205,8 @@ struct Slot {
     began: Option<Instant>,
     elapsed: Duration,
     result: Option<CallResult>,
+    /// The `hook` events of its `post_tool` hooks, sent after its `tool_end`.
+    hook_events: Vec<EventKind>,
 }
 
 enum Interrupt {
@@ -264,6 +282,8 @@ impl Agent {
                 include_content: false,
                 journal: None,
                 output_schema: None,
+                approver: None,
+                hooks: Vec::new(),
             },
         }
     }
@@ -356,6 +376,7 @@ impl Agent {
             instructions: self.instructions.as_deref().map(str::to_owned),
             compactions: 0,
             output: None,
+            pending: Vec::new(),
             messages: vec![Message::user(prompt)],
         }
     }
@@ -457,6 +478,9 @@ impl Agent {
                 None
             }
         };
+        // What hooks are told about the run (only when there are hooks).
+        let hook_ctx = (!self.hooks.is_empty())
+            .then(|| HookContext { run_id: state.run_id().to_owned(), session_id: session_id.clone() });
         loop {
             if let Some(j) = &journal {
                 journal_sync(j.as_ref(), &state, &mut journaled);
@@ -527,12 +551,92 @@ impl Agent {
                                 });
                             }
                         }
-                        if let Admission::Ended(status) = admission {
+                        if let Admission::Ended(status) = &admission {
                             if !matches!(status, Status::ModelError | Status::Aborted) {
+                                let status = *status;
                                 let detail = state.outcome().error.unwrap_or_default();
                                 emitter.emit(EventKind::LimitHit { status, detail });
                             }
                         }
+                    }
+                    if let (Some(ctx), Admission::Batch | Admission::Completed) = (&hook_ctx, &admission) {
+                        let interrupted_hooks = tokio::select! {
+                            biased;
+                            _ = &mut cancelled => Some(Interrupt::Cancelled),
+                            _ = &mut deadline_sleep => Some(Interrupt::Deadline),
+                            () = self.hooks_after_response(&admission, &mut state, &registry, ctx, &run_cancel, &mut emitter) => None,
+                        };
+                        if let Some(i) = interrupted_hooks {
+                            self.stop(&mut state, &mut emitter, &run_cancel, i);
+                        }
+                    }
+                }
+                Action::Approve(calls) => {
+                    if let Some(i) = interrupted(false) {
+                        self.stop(&mut state, &mut emitter, &run_cancel, i);
+                        continue;
+                    }
+                    if emitter.active() {
+                        let listed = calls
+                            .iter()
+                            .map(|c| ApprovalCall {
+                                call_id: c.call_id.clone(),
+                                name: c.name.clone(),
+                                arguments_hash: c.arguments_hash.clone(),
+                                reason: match &c.plan {
+                                    Plan::Ask { reason } => reason.clone(),
+                                    _ => String::new(),
+                                },
+                                arguments: self.include_content.then(|| c.arguments.clone()),
+                            })
+                            .collect();
+                        emitter.emit(EventKind::ApprovalRequested { step: state.steps(), calls: listed });
+                    }
+                    let detail = match &self.approver {
+                        None => None,
+                        Some(approver) => {
+                            let request = ApprovalRequest {
+                                run_id: state.run_id().to_owned(),
+                                session_id: session_id.clone(),
+                                calls,
+                            };
+                            let asked = AssertUnwindSafe(approver.decide(&request, &run_cancel)).catch_unwind();
+                            let answer = tokio::select! {
+                                biased;
+                                _ = &mut cancelled => Err(Interrupt::Cancelled),
+                                _ = &mut deadline_sleep => Err(Interrupt::Deadline),
+                                r = asked => Ok(r),
+                            };
+                            match answer {
+                                Err(i) => {
+                                    self.stop(&mut state, &mut emitter, &run_cancel, i);
+                                    continue;
+                                }
+                                Ok(Err(panic)) => Some(format!("the approver panicked: {}", panic_message(&panic))),
+                                Ok(Ok(Err(e))) => Some(e.to_string()),
+                                Ok(Ok(Ok(decisions))) => {
+                                    let mut problems = Vec::new();
+                                    for d in decisions {
+                                        match state.decide(&d, &registry) {
+                                            Ok(()) => {
+                                                let name = request
+                                                    .calls
+                                                    .iter()
+                                                    .find(|c| c.call_id == d.call_id)
+                                                    .map(|c| c.name.clone())
+                                                    .unwrap_or_default();
+                                                emitter.emit(decided_event(&d, name, self.include_content));
+                                            }
+                                            Err(e) => problems.push(e.to_string()),
+                                        }
+                                    }
+                                    (!problems.is_empty()).then(|| problems.join("; "))
+                                }
+                            }
+                        }
+                    };
+                    if state.awaits_decision() {
+                        state.await_approval(detail);
                     }
                 }
                 Action::Compact(request, plan) => {
@@ -624,7 +728,8 @@ impl Agent {
                     }
                     let mut slots: Vec<Slot> = vec![Slot::default(); batch.len()];
                     let outcome = {
-                        let work = self.run_batch(&registry, &batch, &mut slots, &run_cancel, &mut emitter);
+                        let work =
+                            self.run_batch(&registry, &batch, &mut slots, &run_cancel, &mut emitter, hook_ctx.as_ref());
                         tokio::select! {
                             biased;
                             _ = &mut cancelled => Some(Interrupt::Cancelled),
@@ -729,6 +834,7 @@ impl Agent {
         slots: &mut [Slot],
         run_cancel: &CancellationToken,
         emitter: &mut Emitter,
+        hook_ctx: Option<&HookContext>,
     ) {
         let parallel = |p: &PlannedCall<'_>| {
             matches!(p.plan, Plan::Run) && registry.get(&p.call.name).is_some_and(|t| t.parallel_safe())
@@ -758,6 +864,10 @@ impl Agent {
                 let t0 = Instant::now();
                 slot.began = Some(t0);
                 let result = self.run_call(registry, p, run_cancel).await;
+                let result = match hook_ctx {
+                    Some(ctx) => self.post_tool(ctx, p, result, run_cancel, &mut slot.hook_events).await,
+                    None => result,
+                };
                 slot.elapsed = t0.elapsed();
                 slot.result = Some(result);
             } else {
@@ -765,6 +875,10 @@ impl Agent {
                     let t0 = Instant::now();
                     slot.began = Some(t0);
                     let result = self.run_call(registry, p, run_cancel).await;
+                    let result = match hook_ctx {
+                        Some(ctx) => self.post_tool(ctx, p, result, run_cancel, &mut slot.hook_events).await,
+                        None => result,
+                    };
                     slot.elapsed = t0.elapsed();
                     slot.result = Some(result);
                 }))
@@ -781,6 +895,9 @@ impl Agent {
                             content: emitter.include_content.then(|| r.content.clone()),
                         });
                     }
+                    for e in slot.hook_events.drain(..) {
+                        emitter.emit(e);
+                    }
                     slot.reported = true;
                 }
             }
@@ -788,9 +905,165 @@ impl Agent {
         }
     }
 
+    /// After a model response: the `pre_tool` hooks over each call of an admitted batch that is not
+    /// refused, or the `stop` hooks over a final answer. A hook that fails denies (fail closed).
+    async fn hooks_after_response(
+        &self,
+        admission: &Admission,
+        state: &mut RunState,
+        registry: &Registry,
+        ctx: &HookContext,
+        cancel: &CancellationToken,
+        emitter: &mut Emitter,
+    ) {
+        match admission {
+            Admission::Batch => {
+                for index in 0..state.batch_len() {
+                    for hook in &self.hooks {
+                        let Some(p) = state.batch_call(index) else { break };
+                        if matches!(p.plan, Plan::Reject { .. })
+                            || !hook.applies(HookEvent::PreTool, Some(&p.call.name))
+                        {
+                            continue;
+                        }
+                        let call = p.call.clone();
+                        let t0 = Instant::now();
+                        let answer = AssertUnwindSafe(hook.pre_tool(ctx, &call, cancel)).catch_unwind().await;
+                        let (answer, error) = match answer {
+                            Ok(Ok(a)) => (a, None),
+                            Ok(Err(e)) => (PreTool::Deny(format!("the hook failed: {e}")), Some(e.0)),
+                            Err(panic) => {
+                                let m = format!("the hook panicked: {}", panic_message(&panic));
+                                (PreTool::Deny(m.clone()), Some(m))
+                            }
+                        };
+                        let (decision, reason) = match &answer {
+                            PreTool::Allow => ("allow", None),
+                            PreTool::Deny(r) => ("deny", Some(r.clone())),
+                            PreTool::Ask(r) => ("ask", Some(r.clone())),
+                            PreTool::Rewrite(_) => ("rewrite", None),
+                        };
+                        emitter.emit(EventKind::Hook {
+                            hook_event: HookEvent::PreTool.as_str().into(),
+                            hook: hook.name().to_owned(),
+                            call_id: Some(call.id.clone()),
+                            decision: decision.into(),
+                            reason,
+                            error,
+                            duration_ms: ms(t0.elapsed()),
+                        });
+                        state.apply_pre_tool(index, answer, hook.name(), registry, self.policy.as_deref());
+                    }
+                }
+            }
+            Admission::Completed => {
+                let Some(answer) = state.outcome_answer() else { return };
+                for hook in &self.hooks {
+                    if !hook.applies(HookEvent::Stop, None) {
+                        continue;
+                    }
+                    let t0 = Instant::now();
+                    let said = AssertUnwindSafe(hook.stop(ctx, &answer, cancel)).catch_unwind().await;
+                    let said = match said {
+                        Ok(r) => r,
+                        Err(panic) => {
+                            Err(crate::hook::HookError(format!("the hook panicked: {}", panic_message(&panic))))
+                        }
+                    };
+                    let (decision, reason, error) = match &said {
+                        Ok(StopAnswer::Accept) => ("accept", None, None),
+                        Ok(StopAnswer::Refuse(f)) => ("refuse", Some(f.clone()), None),
+                        Err(e) => ("refuse", None, Some(e.0.clone())),
+                    };
+                    emitter.emit(EventKind::Hook {
+                        hook_event: HookEvent::Stop.as_str().into(),
+                        hook: hook.name().to_owned(),
+                        call_id: None,
+                        decision: decision.into(),
+                        reason,
+                        error,
+                        duration_ms: ms(t0.elapsed()),
+                    });
+                    match said {
+                        Ok(StopAnswer::Accept) => {}
+                        Ok(StopAnswer::Refuse(feedback)) => {
+                            if let Err(e) = state.refuse_answer(feedback, &self.context) {
+                                state.withhold_answer(format!("stop hook {}: {e}", hook.name()));
+                            }
+                            return;
+                        }
+                        Err(e) => {
+                            state.withhold_answer(format!(
+                                "the final answer was not accepted: stop hook {} failed: {e}",
+                                hook.name()
+                            ));
+                            return;
+                        }
+                    }
+                }
+            }
+            Admission::Ended(_) | Admission::Reminded => {}
+        }
+    }
+
+    /// The `post_tool` hooks over a call's result, before it is bounded and recorded. A hook that fails
+    /// withholds the result (fail closed): the call is an error saying why.
+    async fn post_tool(
+        &self,
+        ctx: &HookContext,
+        p: &PlannedCall<'_>,
+        result: CallResult,
+        cancel: &CancellationToken,
+        events: &mut Vec<EventKind>,
+    ) -> CallResult {
+        if !matches!(p.plan, Plan::Run) {
+            return result;
+        }
+        let mut result = HookResult { content: result.content, is_error: result.is_error };
+        for hook in &self.hooks {
+            if !hook.applies(HookEvent::PostTool, Some(&p.call.name)) {
+                continue;
+            }
+            let t0 = Instant::now();
+            let said = AssertUnwindSafe(hook.post_tool(ctx, p.call, &result, cancel)).catch_unwind().await;
+            let said = match said {
+                Ok(r) => r,
+                Err(panic) => Err(crate::hook::HookError(format!("the hook panicked: {}", panic_message(&panic)))),
+            };
+            let (decision, error) = match &said {
+                Ok(PostTool::Keep) => ("keep", None),
+                Ok(PostTool::Replace(_)) => ("replace", None),
+                Ok(PostTool::Redact(_)) => ("redact", None),
+                Err(e) => ("replace", Some(e.0.clone())),
+            };
+            events.push(EventKind::Hook {
+                hook_event: HookEvent::PostTool.as_str().into(),
+                hook: hook.name().to_owned(),
+                call_id: Some(p.call.id.clone()),
+                decision: decision.into(),
+                reason: None,
+                error,
+                duration_ms: ms(t0.elapsed()),
+            });
+            result = match said {
+                Ok(answer) => crate::hook::apply_post(result, answer),
+                Err(e) => {
+                    return CallResult {
+                        content: format!("the result was withheld: post_tool hook {} failed: {e}", hook.name()),
+                        is_error: true,
+                    };
+                }
+            };
+        }
+        CallResult { content: result.content, is_error: result.is_error }
+    }
+
     async fn run_call(&self, registry: &Registry, p: &PlannedCall<'_>, run_cancel: &CancellationToken) -> CallResult {
         let tool = match (&p.plan, registry.get(&p.call.name)) {
             (Plan::Reject { message }, _) => return CallResult { content: message.clone(), is_error: true },
+            (Plan::Ask { .. }, _) => {
+                return CallResult { content: "not run: the call needed a decision".into(), is_error: true };
+            }
             (Plan::Run, None) => {
                 return CallResult { content: format!("unknown tool {:?}", p.call.name), is_error: true };
             }
@@ -828,5 +1101,24 @@ impl Agent {
             }
             Some(Ok(Err(e))) => CallResult { content: e.to_string(), is_error: true },
         }
+    }
+}
+
+/// The `approval_decided` event of an applied decision.
+fn decided_event(d: &crate::approval::ApprovalDecision, name: String, include_content: bool) -> EventKind {
+    use crate::approval::Verdict;
+    EventKind::ApprovalDecided {
+        call_id: d.call_id.clone(),
+        name,
+        arguments_hash: d.arguments_hash.clone(),
+        decision: d.verdict.name().into(),
+        reason: match &d.verdict {
+            Verdict::Deny { reason } => Some(reason.clone()),
+            _ => None,
+        },
+        arguments: match &d.verdict {
+            Verdict::Edit { arguments } if include_content => Some(arguments.clone()),
+            _ => None,
+        },
     }
 }

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::approval::{ApprovalDecision, DecisionError, PendingCall, Verdict, arguments_hash};
 use crate::context::{ContextConfig, ContextStrategy, DEFAULT_SUMMARY_PROMPT, bound_text, bound_to_units, fair_shares};
+use crate::hook::PreTool;
 use crate::limits::{ConfigError, Limits};
 use crate::message::{Message, ToolCall, ToolResult};
 use crate::model::{ModelError, ModelRequest, ModelResponse};
@@ -33,13 +35,26 @@ pub enum Plan {
         /// The message the model gets.
         message: String,
     },
+    /// The call needs a decision before the batch runs (see [`crate::approval`]).
+    Ask {
+        /// Why (the policy's or a hook's words).
+        reason: String,
+    },
+}
+
+/// Arguments changed after the model proposed them (by a hook or an approver's edit): the call runs
+/// with them, and its result says so.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Edit {
+    call: ToolCall,
+    by: String,
 }
 
 /// One call of an admitted batch and what to do with it, borrowed from the run state (the call itself
 /// lives in the transcript: admitting a batch copies nothing).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PlannedCall<'a> {
-    /// The call as the model proposed it.
+    /// The call as it runs: as the model proposed it, or with the arguments a hook or an approver gave it.
     pub call: &'a ToolCall,
     /// Run it, or answer with an error.
     pub plan: &'a Plan,
@@ -50,6 +65,7 @@ pub struct PlannedCall<'a> {
 pub struct Batch<'a> {
     calls: &'a [ToolCall],
     plans: &'a [Plan],
+    edits: &'a [Option<Edit>],
 }
 
 impl<'a> Batch<'a> {
@@ -65,7 +81,11 @@ impl<'a> Batch<'a> {
 
     /// The calls in order, each with its plan.
     pub fn iter(&self) -> impl Iterator<Item = PlannedCall<'a>> + 'a {
-        self.calls.iter().zip(self.plans).map(|(call, plan)| PlannedCall { call, plan })
+        let edits = self.edits;
+        self.calls.iter().zip(self.plans).enumerate().map(move |(i, (call, plan))| PlannedCall {
+            call: edits.get(i).and_then(Option::as_ref).map_or(call, |e| &e.call),
+            plan,
+        })
     }
 }
 
@@ -85,6 +105,9 @@ enum Phase {
     AwaitingTools {
         plans: Vec<Plan>,
         assistant_size: u64,
+        /// Per call, the arguments a hook or an approver changed (empty: none changed).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        edits: Vec<Option<Edit>>,
     },
     /// A summary call is due or under way: it replaces items `1..upto`.
     Compacting {
@@ -105,6 +128,9 @@ pub enum Action<'a> {
     CallModel(ModelRequest),
     /// Run this batch, then report with [`RunState::record_batch`].
     RunTools(Batch<'a>),
+    /// The batch waits for decisions about these calls (each `kind: "ask"`): give them with
+    /// [`RunState::decide`], or end the run `awaiting_approval` with [`RunState::await_approval`].
+    Approve(Vec<crate::approval::PendingCall>),
     /// Ask for a summary with this request (the `summarize` strategy), then report with
     /// [`RunState::on_compaction_response`]. Not a step: it does not count towards `max_steps`.
     Compact(ModelRequest, Compaction),
@@ -178,6 +204,9 @@ pub struct RunState {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     output: Option<OutputState>,
     phase: Phase,
+    /// The batch left waiting when the run ended `awaiting_approval`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    awaiting: Vec<crate::approval::PendingCall>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -207,6 +236,7 @@ impl RunState {
             compactions: 0,
             output: None,
             phase: Phase::Ready,
+            awaiting: Vec::new(),
         })
     }
 
@@ -241,6 +271,7 @@ impl RunState {
             compactions: 0,
             output: None,
             phase: Phase::Ready,
+            awaiting: Vec::new(),
         })
     }
 
@@ -441,10 +472,13 @@ impl RunState {
                     Compaction { items: upto as u64 - 1, chars_before, chars_after: 0, fallback: None },
                 )
             }
-            Phase::AwaitingTools { plans, .. } => {
+            Phase::AwaitingTools { plans, edits, .. } => {
+                if plans.iter().any(|p| matches!(p, Plan::Ask { .. })) {
+                    return Action::Approve(self.pending_batch().into_iter().filter(|p| p.needs_decision()).collect());
+                }
                 // The batch is the newest turn's calls: nothing of it is recorded yet but that turn.
                 let calls = self.transcript.last().map_or(&[][..], Message::tool_calls);
-                Action::RunTools(Batch { calls, plans })
+                Action::RunTools(Batch { calls, plans, edits })
             }
             _ => Action::Finished,
         }
@@ -771,6 +805,7 @@ impl RunState {
                         stop = Some(reason);
                         break;
                     }
+                    Decision::Ask(reason) => Plan::Ask { reason },
                 },
             };
             plans.push(plan);
@@ -788,8 +823,258 @@ impl RunState {
             }
             return self.end(Status::Aborted, None, Some(format!("stopped by policy: {reason}")));
         }
-        self.phase = Phase::AwaitingTools { plans, assistant_size };
+        self.phase = Phase::AwaitingTools { plans, assistant_size, edits: Vec::new() };
         Admission::Batch
+    }
+
+    /// True when the admitted batch has a call that waits for a decision.
+    pub fn awaits_decision(&self) -> bool {
+        matches!(&self.phase, Phase::AwaitingTools { plans, .. } if plans.iter().any(|p| matches!(p, Plan::Ask { .. })))
+    }
+
+    /// The final answer of a completed run.
+    pub fn outcome_answer(&self) -> Option<String> {
+        match &self.phase {
+            Phase::Done { status: Status::Completed, answer, .. } => answer.clone(),
+            _ => None,
+        }
+    }
+
+    /// The admitted batch as it stands, every call with its plan and the arguments it would run with
+    /// (empty when no batch is admitted). Built only on the approval path: it copies the calls.
+    pub fn pending_batch(&self) -> Vec<PendingCall> {
+        let Phase::AwaitingTools { plans, edits, .. } = &self.phase else {
+            return Vec::new();
+        };
+        let calls = self.transcript.last().map_or(&[][..], Message::tool_calls);
+        calls
+            .iter()
+            .zip(plans)
+            .enumerate()
+            .map(|(i, (call, plan))| {
+                let edit = edits.get(i).and_then(Option::as_ref);
+                let arguments = edit.map_or(&call.arguments, |e| &e.call.arguments);
+                PendingCall {
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    arguments: arguments.clone(),
+                    arguments_hash: arguments_hash(arguments),
+                    plan: plan.clone(),
+                    edited_by: edit.map(|e| e.by.clone()),
+                }
+            })
+            .collect()
+    }
+
+    /// The call at `index` of the admitted batch as it would run (with changed arguments, if any) and its plan.
+    pub fn batch_call(&self, index: usize) -> Option<PlannedCall<'_>> {
+        let Phase::AwaitingTools { plans, edits, .. } = &self.phase else {
+            return None;
+        };
+        let call = self.transcript.last().map_or(&[][..], Message::tool_calls).get(index)?;
+        let call = edits.get(index).and_then(Option::as_ref).map_or(call, |e| &e.call);
+        Some(PlannedCall { call, plan: plans.get(index)? })
+    }
+
+    /// How many calls the admitted batch holds (0 when none is admitted).
+    pub fn batch_len(&self) -> usize {
+        match &self.phase {
+            Phase::AwaitingTools { plans, .. } => plans.len(),
+            _ => 0,
+        }
+    }
+
+    fn set_plan(&mut self, index: usize, plan: Plan, edit: Option<Edit>) {
+        if let Phase::AwaitingTools { plans, edits, .. } = &mut self.phase {
+            if let Some(slot) = plans.get_mut(index) {
+                *slot = plan;
+            }
+            if let Some(edit) = edit {
+                if edits.len() < plans.len() {
+                    edits.resize(plans.len(), None);
+                }
+                if let Some(slot) = edits.get_mut(index) {
+                    *slot = Some(edit);
+                }
+            }
+        }
+    }
+
+    /// Applies a `pre_tool` hook's answer to the call at `index` of the admitted batch (a call already
+    /// refused is left as it is). `deny` refuses the call; `ask` makes it wait for a decision; `rewrite`
+    /// gives it new arguments, validated against the tool's schema (invalid ones refuse the call) and put
+    /// to the policy again. Returns the call's plan after it.
+    pub fn apply_pre_tool(
+        &mut self,
+        index: usize,
+        answer: PreTool,
+        hook: &str,
+        registry: &Registry,
+        policy: Option<&dyn Policy>,
+    ) -> Option<Plan> {
+        let p = self.batch_call(index)?;
+        let (call, plan) = (p.call.clone(), p.plan.clone());
+        if matches!(plan, Plan::Reject { .. }) {
+            return Some(plan);
+        }
+        let (plan, edit) = match answer {
+            PreTool::Allow => (plan, None),
+            PreTool::Deny(reason) => (Plan::Reject { message: format!("denied by hook {hook}: {reason}") }, None),
+            PreTool::Ask(reason) => match plan {
+                Plan::Ask { reason: before } => {
+                    (Plan::Ask { reason: format!("{before}; hook {hook}: {reason}") }, None)
+                }
+                _ => (Plan::Ask { reason: format!("hook {hook}: {reason}") }, None),
+            },
+            PreTool::Rewrite(arguments) => match registry.check(&call.name, &arguments) {
+                Err(e) => (
+                    Plan::Reject { message: format!("hook {hook} rewrote the arguments into invalid ones: {e}") },
+                    None,
+                ),
+                Ok(_) => {
+                    let new = ToolCall { id: call.id.clone(), name: call.name.clone(), arguments };
+                    let plan = match policy.map_or(Decision::Allow, |p| p.check(&new)) {
+                        Decision::Allow => plan,
+                        Decision::Ask(reason) => Plan::Ask { reason },
+                        Decision::Deny(reason) | Decision::Stop(reason) => {
+                            Plan::Reject { message: format!("denied by policy: {reason}") }
+                        }
+                    };
+                    (plan, Some(Edit { call: new, by: format!("hook {hook}") }))
+                }
+            },
+        };
+        self.set_plan(index, plan.clone(), edit);
+        Some(plan)
+    }
+
+    /// Applies a decision about a call that waits for one. It must name the call's id and the hash of its
+    /// arguments as they stand ([`arguments_hash`]); a decision for other arguments does not apply. Edited
+    /// arguments are validated against the tool's schema (invalid ones leave the call undecided). A denied
+    /// call gets an error result with the reason and never runs.
+    pub fn decide(&mut self, decision: &ApprovalDecision, registry: &Registry) -> Result<(), DecisionError> {
+        let Phase::AwaitingTools { plans, .. } = &self.phase else {
+            return Err(DecisionError::NotAwaiting);
+        };
+        let calls = self.transcript.last().map_or(&[][..], Message::tool_calls);
+        let index = calls
+            .iter()
+            .position(|c| c.id == decision.call_id)
+            .filter(|i| matches!(plans.get(*i), Some(Plan::Ask { .. })))
+            .ok_or_else(|| DecisionError::UnknownCall(decision.call_id.clone()))?;
+        let Some(current) = self.batch_call(index) else {
+            return Err(DecisionError::UnknownCall(decision.call_id.clone()));
+        };
+        let hash = arguments_hash(&current.call.arguments);
+        if hash != decision.arguments_hash {
+            return Err(DecisionError::OtherArguments {
+                call_id: decision.call_id.clone(),
+                decided: decision.arguments_hash.clone(),
+                current: hash,
+            });
+        }
+        let call = current.call.clone();
+        let (plan, edit) = match &decision.verdict {
+            Verdict::Approve => (Plan::Run, None),
+            Verdict::Deny { reason } => (Plan::Reject { message: format!("denied by the approver: {reason}") }, None),
+            Verdict::Edit { arguments } => {
+                registry
+                    .check(&call.name, arguments)
+                    .map_err(|e| DecisionError::InvalidEdit { call_id: call.id.clone(), detail: e.to_string() })?;
+                let new = ToolCall { id: call.id, name: call.name, arguments: arguments.clone() };
+                (Plan::Run, Some(Edit { call: new, by: "the approver".into() }))
+            }
+        };
+        self.set_plan(index, plan, edit);
+        Ok(())
+    }
+
+    /// Ends the run `awaiting_approval`: the batch (its calls without results) stays as it stands and the
+    /// outcome's `pending` shows it, to be decided and continued ([`RunState::resume_pending`]).
+    pub fn await_approval(&mut self, detail: Option<String>) {
+        if !matches!(self.phase, Phase::AwaitingTools { .. }) {
+            return;
+        }
+        let batch = self.pending_batch();
+        let waiting: Vec<&str> = batch.iter().filter(|p| p.needs_decision()).map(|p| p.call_id.as_str()).collect();
+        let mut error = format!("awaiting approval of {} call(s): {}", waiting.len(), waiting.join(", "));
+        if let Some(d) = detail {
+            error.push_str(&format!(" ({d})"));
+        }
+        self.awaiting = batch;
+        self.phase = Phase::Done { status: Status::AwaitingApproval, answer: None, error: Some(error) };
+    }
+
+    /// Continues a run that ended `awaiting_approval`: `messages` is the transcript (its last turn's calls
+    /// without results) and `pending` the waiting batch from that run's outcome, decisions made so far
+    /// included. The new run waits for the rest of the decisions ([`Action::Approve`]).
+    pub fn resume_pending(
+        run_id: impl Into<String>,
+        messages: Vec<Message>,
+        pending: Vec<PendingCall>,
+        limits: Limits,
+        ctx: &ContextConfig,
+    ) -> Result<Self, ConfigError> {
+        limits.validate()?;
+        let counter = ctx.counter.as_ref();
+        let transcript = Transcript::from_messages(messages, counter).map_err(|e| ConfigError(e.to_string()))?;
+        let unanswered = transcript.unanswered();
+        let ids: Vec<&str> = pending.iter().map(|p| p.call_id.as_str()).collect();
+        if pending.is_empty() || unanswered.len() != pending.len() || unanswered.iter().zip(&ids).any(|(a, b)| a != b) {
+            return Err(ConfigError(format!(
+                "the waiting batch ({}) is not the transcript's unanswered calls ({})",
+                ids.join(", "),
+                unanswered.join(", ")
+            )));
+        }
+        let calls = transcript.last().map_or(&[][..], Message::tool_calls);
+        let mut edits = Vec::with_capacity(pending.len());
+        for (call, p) in calls.iter().zip(&pending) {
+            if call.name != p.name {
+                return Err(ConfigError(format!("call {:?} is of tool {:?}, not {:?}", p.call_id, call.name, p.name)));
+            }
+            edits.push(
+                (p.arguments != call.arguments || p.edited_by.is_some())
+                    .then(|| Edit { call: p.call(), by: p.edited_by.clone().unwrap_or_else(|| "the approver".into()) }),
+            );
+        }
+        let assistant_size = transcript.last().map_or(0, |m| measure(m, counter));
+        let edits = if edits.iter().all(Option::is_none) { Vec::new() } else { edits };
+        let plans = pending.into_iter().map(|p| p.plan).collect();
+        Ok(RunState {
+            run_id: run_id.into(),
+            limits,
+            instructions: None,
+            instructions_size: 0,
+            tools_size: None,
+            transcript,
+            steps: 0,
+            tool_calls: 0,
+            usage: UsageTotals::default(),
+            compactions: 0,
+            output: None,
+            phase: Phase::AwaitingTools { plans, assistant_size, edits },
+            awaiting: Vec::new(),
+        })
+    }
+
+    /// A `stop` hook refused the final answer: the run goes on, the model gets `feedback` as a user message
+    /// (the answer stays in the transcript; its step counted, so the step limit bounds the loop).
+    pub fn refuse_answer(&mut self, feedback: impl Into<String>, ctx: &ContextConfig) -> Result<(), TranscriptError> {
+        if !matches!(self.phase, Phase::Done { status: Status::Completed, .. }) {
+            return Ok(());
+        }
+        self.transcript.push_user(feedback, ctx.counter.as_ref())?;
+        self.phase = Phase::Ready;
+        Ok(())
+    }
+
+    /// A final answer could not be checked (a `stop` hook failed): the run ends `aborted` with `error`, the
+    /// answer withheld (it stays in the transcript).
+    pub fn withhold_answer(&mut self, error: String) {
+        if matches!(self.phase, Phase::Done { status: Status::Completed, .. }) {
+            self.phase = Phase::Done { status: Status::Aborted, answer: None, error: Some(error) };
+        }
     }
 
     fn token_limit_hit(&self) -> Option<String> {
@@ -822,7 +1107,8 @@ impl RunState {
         end: Option<(Status, String)>,
         ctx: &ContextConfig,
     ) {
-        let Phase::AwaitingTools { assistant_size, .. } = std::mem::replace(&mut self.phase, Phase::Ready) else {
+        let Phase::AwaitingTools { assistant_size, edits, .. } = std::mem::replace(&mut self.phase, Phase::Ready)
+        else {
             return;
         };
         let counter = ctx.counter.as_ref();
@@ -831,11 +1117,16 @@ impl RunState {
             .transcript
             .unanswered()
             .iter()
-            .map(|id| {
-                let r = results
+            .enumerate()
+            .map(|(i, id)| {
+                let mut r = results
                     .next()
                     .flatten()
                     .unwrap_or_else(|| CallResult { content: unfinished.to_owned(), is_error: true });
+                if let Some(Some(e)) = edits.get(i) {
+                    r.content =
+                        format!("[the arguments were changed by {}: {}]\n{}", e.by, e.call.arguments, r.content);
+                }
                 let content = match ctx.max_tool_result_chars {
                     // Within the limit in bytes is within it in characters: keep the string as it is.
                     Some(max) if r.content.len() > max => bound_text(&r.content, max),
@@ -919,6 +1210,7 @@ impl RunState {
             instructions: self.instructions.as_deref().map(str::to_owned),
             compactions: self.compactions,
             output: self.output().cloned(),
+            pending: self.awaiting.clone(),
             messages,
         }
     }

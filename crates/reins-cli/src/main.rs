@@ -48,6 +48,7 @@ mod run;
 mod sessions_cli;
 mod signals;
 mod tools_cli;
+mod view_cli;
 
 use clap::{Parser, Subcommand};
 
@@ -71,11 +72,14 @@ enum Command {
     /// Run an agent on a prompt.
     #[command(after_help = EXIT_CODES_HELP)]
     Run(Box<run::RunArgs>),
-    /// Recorded sessions: `reins sessions list|show|export|backup`.
+    /// Recorded sessions: `reins sessions list|show|view|export|backup`.
     Sessions(sessions_cli::SessionsArgs),
     /// Re-runs a recorded session offline (recorded model responses, tools in a scratch copy of the
     /// workspace) and reports the first divergence. Exit 0 when identical, 10 when it diverged.
     Replay(sessions_cli::ReplayArgs),
+    /// Serves the store's sessions to a browser on loopback (read-only, live while runs go on); prints the URL
+    /// with its access token.
+    Ui(view_cli::UiArgs),
     /// Show what OS sandbox this host can give commands (Landlock, seccomp, namespaces).
     SandboxCheck(tools_cli::SandboxCheckArgs),
     /// MCP servers: `reins mcp list` starts each configured server and shows its tools.
@@ -111,6 +115,7 @@ fn main() -> std::process::ExitCode {
             Command::Run(args) => run::run(*args).await,
             Command::Sessions(args) => sessions_cli::sessions(args),
             Command::Replay(args) => sessions_cli::replay(args).await,
+            Command::Ui(args) => view_cli::ui(args).await,
             Command::SandboxCheck(args) => tools_cli::sandbox_check(&args),
             Command::Mcp(args) => mcp_cli::mcp(args).await,
             Command::Config(args) => agent_cli::config(args),

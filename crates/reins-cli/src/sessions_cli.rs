@@ -1,5 +1,5 @@
 //! Sessions: the store flags of `reins run` (`--store`, `--no-store`, `--resume`), `reins sessions
-//! list|show|export` and `reins replay`.
+//! list|show|view|export` and `reins replay`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -65,6 +65,9 @@ enum SessionsCommand {
         #[arg(long)]
         events: bool,
     },
+    /// Writes a session as one self-contained HTML page: its runs on a time axis, tokens and cost per step,
+    /// the transcript (no network access; works from file://).
+    View(crate::view_cli::ViewArgs),
     /// Writes a session as JSON lines: a `session` line, then one line per log entry.
     Export {
         /// The session id, or a unique prefix of it.
@@ -113,6 +116,11 @@ fn store_path(flag: Option<&Path>) -> Result<PathBuf, CliError> {
 
 /// The stores this process opened, closed by [`close_stores`] before it exits.
 static OPENED: std::sync::Mutex<Vec<Store>> = std::sync::Mutex::new(Vec::new());
+
+/// Opens the store `flag` names (else `$REINS_STORE`, else the default), closed by [`close_stores`] at exit.
+pub fn open_store(flag: Option<&Path>) -> Result<Store, CliError> {
+    open(flag)
+}
 
 fn open(flag: Option<&Path>) -> Result<Store, CliError> {
     let path = store_path(flag)?;
@@ -199,6 +207,7 @@ pub fn sessions(args: SessionsArgs) -> Result<u8, CliError> {
             }
             Ok(0)
         }
+        SessionsCommand::View(args) => crate::view_cli::view(args),
         SessionsCommand::Export { id, store } => {
             let session = open(store.store.as_deref())?.load(&id).map_err(store_err)?;
             let mut out = String::new();

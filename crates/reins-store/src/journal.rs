@@ -306,10 +306,17 @@ impl RunJournal for RunLog {
             response: Option<&'a ModelResponse>,
             #[serde(skip_serializing_if = "Option::is_none")]
             error: Option<String>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            cost_usd: Option<f64>,
         }
         let (data, delta) = match response {
-            Ok(r) => (Data { step, response: Some(r), error: None }, usage_delta(r, self.prices)),
-            Err(e) => (Data { step, response: None, error: Some(e.to_string()) }, Delta::default()),
+            Ok(r) => {
+                let delta = usage_delta(r, self.prices);
+                // The step's own cost, when prices and usage are known (what the session view charts).
+                let cost_usd = self.prices.zip(r.usage.as_ref()).map(|_| delta.cost);
+                (Data { step, response: Some(r), error: None, cost_usd }, delta)
+            }
+            Err(e) => (Data { step, response: None, error: Some(e.to_string()), cost_usd: None }, Delta::default()),
         };
         self.record(
             kind::RESPONSE,

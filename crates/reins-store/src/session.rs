@@ -14,7 +14,8 @@ pub mod kind {
     pub const RUN_START: &str = "run_start";
     /// A transcript item (`msg_index` set): a [`reins::Message`].
     pub const MESSAGE: &str = "message";
-    /// A model answer: `{"step", "response"}` or `{"step", "error"}`.
+    /// A model answer: `{"step", "response"}` (with `"cost_usd"` when prices and usage are known) or
+    /// `{"step", "error"}`.
     pub const RESPONSE: &str = "response";
     /// A run event: the JSON line of a [`reins::Event`].
     pub const EVENT: &str = "event";
@@ -72,6 +73,10 @@ pub struct ResponseData {
     /// The error, when it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What the call cost in US dollars, when prices and usage were known (recorded since the session view;
+    /// absent in older sessions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }
 
 /// One run of a session, rebuilt from its entries.

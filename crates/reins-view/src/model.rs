@@ -117,7 +117,7 @@ pub struct Bar {
 /// A point on a run's time axis.
 #[derive(Clone, Debug, Serialize)]
 pub struct Mark {
-    /// `limit`, `compaction`, `approval` or `end`.
+    /// `limit` (also a hook that denied or failed), `compaction`, `approval` (requested, decided) or `end`.
     pub kind: &'static str,
     /// Milliseconds from the run's start.
     pub t: f64,
@@ -390,14 +390,46 @@ impl RunBuilder {
                 let label = self.view.status.clone();
                 self.mark("end", t, label);
             }
-            // Approvals (a person's or a hook's decision on a call) and anything newer: a mark with its type.
-            other if other.starts_with("approval") => {
-                let what = [text(e, "decision"), text(e, "name"), text(e, "call_id"), text(e, "reason")]
-                    .into_iter()
-                    .flatten()
+            // A batch waits for decisions, and each decision: marks (approvals, `reins approve`).
+            "approval_requested" => {
+                let calls = e.get("calls").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+                let what = calls
+                    .iter()
+                    .map(|c| {
+                        format!(
+                            "{} ({}): {}",
+                            text(c, "name").unwrap_or_default(),
+                            text(c, "call_id").unwrap_or_default(),
+                            text(c, "reason").unwrap_or_default()
+                        )
+                    })
                     .collect::<Vec<_>>()
-                    .join(" · ");
-                self.mark("approval", t, format!("{other}: {what}"));
+                    .join("; ");
+                self.mark("approval", t, format!("approval requested: {what}"));
+            }
+            "approval_decided" => {
+                let label = format!(
+                    "{}: {} ({}){}",
+                    text(e, "decision").unwrap_or_default(),
+                    text(e, "name").unwrap_or_default(),
+                    text(e, "call_id").unwrap_or_default(),
+                    text(e, "reason").map(|r| format!(" — {r}")).unwrap_or_default()
+                );
+                self.mark("approval", t, label);
+            }
+            // A hook that denied, refused or failed (fail closed) is worth a line too.
+            "hook" => {
+                let decision = text(e, "decision").unwrap_or_default();
+                let error = text(e, "error");
+                if error.is_some() || matches!(decision.as_str(), "deny" | "refuse") {
+                    let label = format!(
+                        "hook {} {}: {decision}{}",
+                        text(e, "hook_event").unwrap_or_default(),
+                        text(e, "hook").unwrap_or_default(),
+                        error.or_else(|| text(e, "reason")).map(|r| format!(" — {r}")).unwrap_or_default()
+                    );
+                    self.mark("limit", t, label);
+                }
             }
             _ => {}
         }

@@ -40,6 +40,11 @@ fn a_recorded_session_becomes_bars_lanes_marks_steps_and_items() {
     assert!(run1.bars.iter().any(|b| b.kind == "compaction" && b.lane == 0));
     assert!(run1.marks.iter().any(|m| m.kind == "compaction"));
     assert!(run1.marks.iter().any(|m| m.kind == "end" && m.label == "completed"));
+    // The approval: asked for, then decided (before the call ran).
+    let asked = run1.marks.iter().find(|m| m.label.starts_with("approval requested")).expect("a request mark");
+    assert!(asked.kind == "approval" && asked.label.contains("slow (p2): slow needs a person"), "{asked:?}");
+    let decided = run1.marks.iter().find(|m| m.label.starts_with("approve: slow (p2)")).expect("a decision mark");
+    assert!(decided.t <= p2.start + 1.0);
     // Run 2: the failed model call in colour, the run's status.
     let run2 = &view.runs[1];
     assert_eq!(run2.status, "model_error");

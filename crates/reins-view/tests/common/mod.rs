@@ -47,6 +47,25 @@ pub fn registry() -> Registry {
         .expect("the test tools are valid")
 }
 
+/// Approves every call it is asked about (an in-process person who says yes).
+struct ApproveAll;
+
+#[async_trait::async_trait]
+impl reins::Approver for ApproveAll {
+    async fn decide(
+        &self,
+        request: &reins::ApprovalRequest,
+        _cancel: &CancellationToken,
+    ) -> Result<Vec<reins::ApprovalDecision>, reins::ApprovalError> {
+        Ok(request.calls.iter().map(reins::ApprovalDecision::approve).collect())
+    }
+}
+
+/// The `slow` tool needs a decision.
+fn ask_slow(c: &ToolCall) -> reins::Decision {
+    if c.name == "slow" { reins::Decision::Ask("slow needs a person".into()) } else { reins::Decision::Allow }
+}
+
 fn call(id: &str, name: &str, args: serde_json::Value) -> ToolCall {
     ToolCall::new(id, name, args)
 }
@@ -65,7 +84,8 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// The recorded session the browser and model tests look at, two runs:
-/// run 1 — step 1: three parallel calls (echo 30 ms, slow 40 ms, echo 5 ms) and a failing call; step 2: a call
+/// run 1 — step 1: three parallel calls (echo 30 ms, slow 40 ms — approved first —, echo 5 ms) and a failing
+/// call; step 2: a call
 /// with hostile arguments and a long result; step 3: a compaction before it (a small summarize budget), then
 /// the answer. Run 2 (resumed) — step 1: the model call fails (`model_error`).
 pub fn recorded_session(store: &Store) -> Session {
@@ -116,6 +136,8 @@ pub fn recorded_session(store: &Store) -> Session {
             .registry(registry())
             .context(context.clone())
             .compact_model(Arc::new(summarizer))
+            .policy(ask_slow)
+            .approver(Arc::new(ApproveAll))
             .journal(store.journal(meta.clone()))
             .build()
             .expect("the agent builds");

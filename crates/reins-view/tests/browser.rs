@@ -149,3 +149,71 @@ fn a_2000_step_session_renders_to_a_screenshot() {
     assert_eq!(dom.matches("class=\"bar model").count(), 2000);
     assert!(dom.contains("id=\"item-199\"") && !dom.contains("id=\"item-1000\""), "the transcript is drawn lazily");
 }
+
+#[test]
+fn the_served_page_of_a_running_session_redraws_as_the_run_goes_on() {
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("s.db")).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let token = reins_view::server::new_token().unwrap();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = rt.spawn(reins_view::server::serve(listener, store.clone(), token.clone(), cancel.clone()));
+    // A run that goes on for a while: 300 steps of 20 ms, each with a call.
+    let steps: Vec<reins::ScriptStep> = (0..300)
+        .map(|i| {
+            let r = reins::ModelResponse::tool_calls(
+                format!("turn {i}"),
+                vec![reins::ToolCall::new(format!("c{i}"), "echo", serde_json::json!({"text": "x"}))],
+            );
+            reins::ScriptStep::Delay(Duration::from_millis(20), Box::new(r.into()))
+        })
+        .chain(std::iter::once(reins::ModelResponse::text("done").into()))
+        .collect();
+    let agent = reins::Agent::builder(reins::ScriptedModel::new(steps))
+        .registry(common::registry())
+        .limits(reins::Limits { max_steps: Some(400), max_tool_calls: Some(400), ..reins::Limits::default() })
+        .journal(store.journal(Default::default()))
+        .build()
+        .unwrap();
+    let run_cancel = tokio_util::sync::CancellationToken::new();
+    let run = rt.spawn({
+        let c = run_cancel.clone();
+        async move { agent.run("slowly", c).await }
+    });
+    let t0 = std::time::Instant::now();
+    let id = loop {
+        if let Some(s) = store.list().unwrap().into_iter().find(|s| s.steps >= 1) {
+            break s.id;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "the run never recorded a step");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // A minute of the page's virtual time: 40 polls, each a real request (virtual time waits for it) while the
+    // run records more steps.
+    let url = format!("http://{addr}/s/{id}?token={token}");
+    let b = run_chromium(&url, &["--virtual-time-budget=60000", "--dump-dom"], None);
+    // The list page: the session, linked with the token.
+    let list =
+        run_chromium(&format!("http://{addr}/?token={token}"), &["--virtual-time-budget=3000", "--dump-dom"], None);
+    run_cancel.cancel();
+    let _ = rt.block_on(run);
+    cancel.cancel();
+    rt.block_on(server).unwrap().unwrap();
+    let dom = &b.stdout;
+    assert!(dom.contains("data-ready=\"1\""), "{}", b.stderr);
+    assert!(b.console().is_empty(), "console messages (a CSP refusal of the polls would show here): {:?}", b.console());
+    let start = dom.find("data-page=\"session\">").unwrap() + "data-page=\"session\">".len();
+    let end = start + dom[start..].find("</script>").unwrap();
+    let served: serde_json::Value = serde_json::from_str(&dom[start..end]).unwrap();
+    let served_steps = served["steps"].as_array().unwrap().len();
+    let drawn = dom.matches("class=\"bar model").count();
+    eprintln!("served with {served_steps} steps, redrawn with {drawn}");
+    assert!(drawn > served_steps, "the page redrew with the new steps: {drawn} bars, {served_steps} when served");
+    assert!(dom.contains("● live"));
+    assert!(list.stdout.contains("data-ready=\"1\""), "{}", list.stderr);
+    assert!(list.console().is_empty(), "console messages: {:?}", list.console());
+    assert!(list.stdout.contains(&format!("href=\"/s/{id}?token={token}\"")), "the session is linked");
+}

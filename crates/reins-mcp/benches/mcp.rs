@@ -100,7 +100,7 @@ async fn main() {
     for i in 0..calls {
         let t0 = Instant::now();
         let tool = registry.check("py__add", &args).expect("valid call");
-        let ctx = ToolContext { call_id: i.to_string(), cancel: CancellationToken::new() };
+        let ctx = ToolContext::new(i.to_string(), CancellationToken::new());
         let out = tool.call(args.clone(), ctx).await;
         times.push(t0.elapsed().as_secs_f64() * 1e6);
         assert_eq!(out, Ok(ToolOutput::Text("42".into())));

@@ -34,5 +34,5 @@ pub use config::{
 pub use error::McpError;
 pub use frame::{LineGuard, MAX_MESSAGE_BYTES};
 pub use result::map_call_result;
-pub use server::{McpServer, RemoteTool, SHUTDOWN_GRACE};
+pub use server::{IDEMPOTENCY_KEY_META, McpServer, RemoteTool, SHUTDOWN_GRACE};
 pub use tools::{McpTool, McpToolSource, McpTools, make_tools};

@@ -17,6 +17,10 @@ use crate::error::McpError;
 use crate::process::{ServerProcess, spawn};
 use crate::result::map_call_result;
 
+/// The `_meta` key of a `tools/call` request that carries the call's idempotency key
+/// (see [`reins::ToolContext::idempotency_key`]).
+pub const IDEMPOTENCY_KEY_META: &str = "reins/idempotencyKey";
+
 /// How long a stdio server may take to exit by itself once its stdin is closed, before its group is killed.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
@@ -191,10 +195,27 @@ impl McpServer {
         arguments: Value,
         cancel: &CancellationToken,
     ) -> Result<ToolOutput, ToolError> {
+        self.call_keyed(tool, arguments, cancel, None).await
+    }
+
+    /// [`McpServer::call`], with the call's idempotency key (when given) sent in the request's `_meta` as
+    /// [`IDEMPOTENCY_KEY_META`]: the same every time the same tool call is retried.
+    pub async fn call_keyed(
+        &self,
+        tool: &str,
+        arguments: Value,
+        cancel: &CancellationToken,
+        idempotency_key: Option<&str>,
+    ) -> Result<ToolOutput, ToolError> {
         let Value::Object(arguments) = arguments else {
             return Err(ToolError::InvalidArguments("MCP tool arguments are a JSON object".into()));
         };
-        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        if let Some(key) = idempotency_key {
+            let mut meta = serde_json::Map::new();
+            meta.insert(IDEMPOTENCY_KEY_META.to_owned(), Value::String(key.to_owned()));
+            params.meta = Some(rmcp::model::RequestMetaObject(rmcp::model::MetaObject(meta)));
+        }
         let timeout = self.config.call_timeout;
         let call = tokio::time::timeout(timeout, self.peer.call_tool(params));
         let result = tokio::select! {

@@ -38,7 +38,8 @@ impl Tool for McpTool {
     }
 
     async fn call(&self, arguments: serde_json::Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
-        self.server.call(&self.remote, arguments, &ctx.cancel).await
+        let key = ctx.idempotency_key();
+        self.server.call_keyed(&self.remote, arguments, &ctx.cancel, Some(&key)).await
     }
 }
 

@@ -253,7 +253,7 @@ async fn tools_list_changed_is_heard_and_refresh_registers_the_new_tool() {
     assert!(registry.get("py__extra").is_none());
     assert!(!mcp.changed());
     let tool = registry.check("py__enable_extra", &json!({})).unwrap();
-    let ctx = reins::ToolContext { call_id: "1".into(), cancel: CancellationToken::new() };
+    let ctx = reins::ToolContext::new("1", CancellationToken::new());
     assert_eq!(tool.call(json!({}), ctx).await.unwrap(), reins::ToolOutput::Text("extra enabled".into()));
     // The notification is sent before the call's result; allow its handler to run.
     for _ in 0..100 {
@@ -267,7 +267,7 @@ async fn tools_list_changed_is_heard_and_refresh_registers_the_new_tool() {
     assert!(!mcp.changed());
     let registry = mcp.registry(Vec::new()).unwrap();
     let extra = registry.check("py__extra", &json!({})).unwrap();
-    let ctx = reins::ToolContext { call_id: "2".into(), cancel: CancellationToken::new() };
+    let ctx = reins::ToolContext::new("2", CancellationToken::new());
     assert_eq!(extra.call(json!({}), ctx).await.unwrap(), reins::ToolOutput::Text("extra here".into()));
     assert!(!mcp.refresh().await.unwrap(), "nothing changed since");
     mcp.shutdown().await;
@@ -432,5 +432,22 @@ async fn an_oversized_answer_is_reported_at_once_not_after_the_call_timeout() {
 
     let next = server.call("shout", json!({"text": "still here"}), &cancel).await.unwrap().into_text();
     assert_eq!(next, "STILL HERE");
+    mcp.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_carries_its_idempotency_key_in_meta() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+    let mcp = McpTools::start(vec![common::python_server("py", "", &log)]).await.unwrap();
+    let registry = mcp.registry(Vec::new()).unwrap();
+    let tool = registry.check("py__shout", &json!({"text": "x"})).unwrap();
+    let ctx = reins::ToolContext::new("c1", CancellationToken::new()).with_idempotency_key("s/r/3/c1");
+    assert_eq!(tool.call(json!({"text": "x"}), ctx.clone()).await.unwrap(), reins::ToolOutput::Text("X".into()));
+    // A retry of the same call sends the same key.
+    tool.call(json!({"text": "x"}), ctx).await.unwrap();
+    let calls = common::logged(&log);
+    let keys: Vec<&serde_json::Value> = calls.iter().map(|c| &c["meta"][reins_mcp::IDEMPOTENCY_KEY_META]).collect();
+    assert_eq!(keys, vec![&json!("s/r/3/c1"), &json!("s/r/3/c1")], "{calls:?}");
     mcp.shutdown().await;
 }

@@ -88,7 +88,7 @@ fn main() {
     let tool = ReadFile(ws.clone());
     let d = measure(reps, iters / 5, || {
         let args = ReadFileArgs { path: "a/b/c/small.txt".into(), start_line: None, end_line: None };
-        let ctx = ToolContext { call_id: "1".into(), cancel: CancellationToken::new() };
+        let ctx = ToolContext::new("1", CancellationToken::new());
         black_box(rt.block_on(tool.run(args, ctx)).expect("read"));
     });
     emit("read_file-small-tool", d.as_secs_f64() * 1e6, "us");

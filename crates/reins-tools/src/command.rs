@@ -434,6 +434,10 @@ impl TempDir {
 
 use std::os::unix::fs::DirBuilderExt;
 
+/// The environment variable that carries a tool call's idempotency key into a command
+/// (see [`reins::ToolContext::idempotency_key`]).
+pub const IDEMPOTENCY_KEY_ENV: &str = "REINS_IDEMPOTENCY_KEY";
+
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
@@ -525,6 +529,18 @@ impl CommandRunner {
         args: &[String],
         cancel: &CancellationToken,
     ) -> Result<CommandOutcome, CommandError> {
+        self.run_keyed(name, args, cancel, None).await
+    }
+
+    /// Runs the preset `name` with the model's `args`; with `idempotency_key` set the command finds it in
+    /// its environment as `REINS_IDEMPOTENCY_KEY` (the same every time the same tool call is retried).
+    pub async fn run_keyed(
+        &self,
+        name: &str,
+        args: &[String],
+        cancel: &CancellationToken,
+        idempotency_key: Option<&str>,
+    ) -> Result<CommandOutcome, CommandError> {
         let compiled = self.presets.get(name).ok_or_else(|| {
             CommandError::Unknown(name.to_owned(), self.presets.keys().cloned().collect::<Vec<_>>().join(", "))
         })?;
@@ -569,6 +585,9 @@ impl CommandRunner {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
+        if let Some(key) = idempotency_key {
+            cmd.env(IDEMPOTENCY_KEY_ENV, key);
+        }
         let raw_cwd = cwd_fd.as_raw_fd();
         let mut sandbox_state = prepared.take();
         // SAFETY: the closure runs in the forked child before exec. It only makes async-signal-safe system calls
@@ -846,7 +865,8 @@ impl Tool for RunCommand {
     async fn call(&self, arguments: serde_json::Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let args: RunArgs =
             serde_json::from_value(arguments).map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
-        match self.runner.run(&args.command, &args.args, &ctx.cancel).await {
+        let key = ctx.idempotency_key();
+        match self.runner.run_keyed(&args.command, &args.args, &ctx.cancel, Some(&key)).await {
             Ok(outcome) if !outcome.protected_created.is_empty() => Err(ToolError::Failed(format!(
                 "command `{}` created protected paths, which may not be written; they were removed: {}\n{}",
                 outcome.command,

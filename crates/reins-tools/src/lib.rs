@@ -15,8 +15,8 @@ pub mod search;
 pub mod workspace;
 
 pub use command::{
-    CommandConfig, CommandError, CommandOutcome, CommandRunner, DEFAULT_ENV_ALLOW, DEFAULT_TIMEOUT, Preset,
-    ResourceLimits, RunCommand, Termination, is_secret_name, parse_duration,
+    CommandConfig, CommandError, CommandOutcome, CommandRunner, DEFAULT_ENV_ALLOW, DEFAULT_TIMEOUT,
+    IDEMPOTENCY_KEY_ENV, Preset, ResourceLimits, RunCommand, Termination, is_secret_name, parse_duration,
 };
 pub use files::{
     EditFile, EditFileArgs, ListDir, ListDirArgs, ReadFile, ReadFileArgs, Search, SearchArgs, WriteFile, WriteFileArgs,

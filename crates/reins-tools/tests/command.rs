@@ -308,7 +308,7 @@ async fn run_command_tool() {
     let registry = Registry::builder().tool(RunCommand::new(r)).build().expect("registry");
     let spec = &registry.specs()[0];
     assert_eq!(spec.input_schema["properties"]["command"]["enum"], json!(["hello", "slow"]));
-    let ctx = ToolContext { call_id: "1".into(), cancel: CancellationToken::new() };
+    let ctx = ToolContext::new("1", CancellationToken::new());
     let tool = registry.check("run_command", &json!({"command": "hello"})).expect("valid").clone();
     let out = tool.call(json!({"command": "hello"}), ctx.clone()).await.expect("ok");
     let ToolOutput::Text(text) = out else { panic!("text expected") };
@@ -317,7 +317,24 @@ async fn run_command_tool() {
     assert!(registry.check("run_command", &json!({"command": "bash -c id"})).is_err());
     let e = tool.call(json!({"command": "slow"}), ctx.clone()).await.expect_err("timeout");
     assert!(matches!(&e, ToolError::Failed(m) if m.contains("timed out")), "{e}");
-    let cancelled = ToolContext { call_id: "2".into(), cancel: CancellationToken::new() };
+    let cancelled = ToolContext::new("2", CancellationToken::new());
     cancelled.cancel.cancel();
     assert_eq!(tool.call(json!({"command": "slow"}), cancelled).await, Err(ToolError::Cancelled));
+}
+
+#[tokio::test]
+async fn run_command_hands_the_idempotency_key_to_the_command() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let r = Arc::new(runner(tmp.path(), vec![sh("key", "printf '%s' \"$REINS_IDEMPOTENCY_KEY\"")]));
+    let registry = Registry::builder().tool(RunCommand::new(r.clone())).build().expect("registry");
+    let tool = registry.check("run_command", &json!({"command": "key"})).expect("valid").clone();
+    let ctx = ToolContext::new("c1", CancellationToken::new()).with_idempotency_key("sess/run/2/c1");
+    let ToolOutput::Text(text) = tool.call(json!({"command": "key"}), ctx).await.expect("ok") else {
+        panic!("text expected")
+    };
+    assert!(text.contains("[stdout]\nsess/run/2/c1\n"), "{text}");
+    // Outside a tool call (no key) the variable is not set.
+    let out = r.run("key", &[], &CancellationToken::new()).await.expect("runs");
+    assert!(out.render().contains("[stdout]\n[stderr]"), "{}", out.render());
+    assert_eq!(reins_tools::IDEMPOTENCY_KEY_ENV, "REINS_IDEMPOTENCY_KEY");
 }

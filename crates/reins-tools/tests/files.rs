@@ -373,7 +373,7 @@ fn search_honours_gitignore_and_bounds() {
 }
 
 fn ctx() -> ToolContext {
-    ToolContext { call_id: "1".into(), cancel: CancellationToken::new() }
+    ToolContext::new("1", CancellationToken::new())
 }
 
 #[tokio::test]

@@ -51,7 +51,7 @@ fn p(s: &str) -> RelPath {
 }
 
 fn ctx() -> ToolContext {
-    ToolContext { call_id: "1".into(), cancel: CancellationToken::new() }
+    ToolContext::new("1", CancellationToken::new())
 }
 
 async fn call(registry: &Registry, name: &str, args: serde_json::Value) -> Result<String, ToolError> {

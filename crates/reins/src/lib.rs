@@ -53,6 +53,7 @@ pub use context::{
     bound_to_units,
 };
 pub use engine::driver::{Agent, AgentBuilder, TypedRunError};
+pub use engine::perform::{Direct, ModelStep, Performer, ToolStep, idempotency_key, idempotency_prefix};
 pub use engine::state::{Action, Admission, Batch, CallResult, Compaction, Plan, PlannedCall, RunState};
 pub use events::{ApprovalCall, EVENT_VERSION, Event, EventKind, Observer, ObserverError};
 pub use hook::{Hook, HookAnswer, HookContext, HookError, HookEvent, HookResult, PostTool, PreTool, StopAnswer};

@@ -240,8 +240,10 @@ impl ModelResponse {
     }
 }
 
-/// Why a model call failed. The run ends `model_error` with this message.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+/// Why a model call failed. The run ends `model_error` with this message. It serializes (tagged by `kind`), so
+/// that a durable run can journal a failed call like a response.
+#[derive(Clone, Debug, PartialEq, thiserror::Error, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "detail", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ModelError {
     /// The call failed (after the adapter's own retries).

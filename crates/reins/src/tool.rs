@@ -80,6 +80,51 @@ pub struct ToolContext {
     pub call_id: String,
     /// Fires when the run is cancelled, its deadline passes, or this call's timeout expires.
     pub cancel: CancellationToken,
+    /// What the idempotency key is made of (built only when asked for: no cost per call).
+    key: KeyParts,
+}
+
+#[derive(Clone, Debug)]
+enum KeyParts {
+    /// The call id alone (a call made outside a run).
+    CallId,
+    /// A key given whole.
+    Given(Arc<str>),
+    /// `prefix` (`[session/]run/`, escaped) + step + `/` + the escaped call id.
+    Run { prefix: Arc<str>, step: u64 },
+}
+
+impl ToolContext {
+    /// A context for call `call_id` whose idempotency key is the call id itself (for calls made outside
+    /// a run, such as tests and benchmarks).
+    pub fn new(call_id: impl Into<String>, cancel: CancellationToken) -> Self {
+        ToolContext { call_id: call_id.into(), cancel, key: KeyParts::CallId }
+    }
+
+    /// The context of call `call_id` of step `step` of a run whose key prefix is `prefix` (see
+    /// [`crate::idempotency_prefix`]).
+    pub fn in_run(call_id: impl Into<String>, cancel: CancellationToken, prefix: Arc<str>, step: u64) -> Self {
+        ToolContext { call_id: call_id.into(), cancel, key: KeyParts::Run { prefix, step } }
+    }
+
+    /// The same context with this idempotency key.
+    pub fn with_idempotency_key(mut self, key: impl Into<Arc<str>>) -> Self {
+        self.key = KeyParts::Given(key.into());
+        self
+    }
+
+    /// A key that names this call and stays the same every time it is performed again (a durable run
+    /// retries the call that was in flight when its worker died): `[session/]run/step/call`, made of
+    /// `A-Za-z0-9._-/%` only (see [`crate::idempotency_key`]). A tool with side effects outside the
+    /// workspace can hand it to the service it calls so that a retried call is not done twice. Outside a
+    /// run it is the call id.
+    pub fn idempotency_key(&self) -> String {
+        match &self.key {
+            KeyParts::CallId => self.call_id.clone(),
+            KeyParts::Given(k) => k.to_string(),
+            KeyParts::Run { prefix, step } => crate::engine::perform::key_with_prefix(prefix, *step, &self.call_id),
+        }
+    }
 }
 
 /// A tool the model may call. Its arguments arrive already validated against `spec().input_schema`.

@@ -182,7 +182,7 @@ async fn typed_tools_derive_their_schema_and_get_deserialized_arguments() {
     assert!(r.check("grep", &json!({"pattern": "x", "other": 1})).is_err());
     assert!(r.check("grep", &json!({"flags": []})).is_err());
     let tool = r.check("grep", &json!({"pattern": "x", "flags": ["-i"], "max": 3})).unwrap();
-    let ctx = ToolContext { call_id: "1".into(), cancel: Default::default() };
+    let ctx = ToolContext::new("1", Default::default());
     let out = tool.call(json!({"pattern": "x", "flags": ["-i"], "max": 3}), ctx).await.unwrap();
     assert_eq!(out.into_text(), "x [\"-i\"] Some(3)");
 }

@@ -125,7 +125,10 @@ async def list_tools(ctx, params):
 async def call_tool(ctx, params):
     global extra_enabled, bad_enabled
     args = params.arguments or {}
-    log({"tool": params.name, "arguments": args, "pid": os.getpid()})
+    meta = getattr(params, "meta", None)
+    if meta is not None and hasattr(meta, "model_dump"):
+        meta = meta.model_dump(mode="json", by_alias=True, exclude_none=True)
+    log({"tool": params.name, "arguments": args, "pid": os.getpid(), "meta": meta})
     if MODE == "--garbage":
         sys.stdout.buffer.write(b"this is not JSON\n{\"jsonrpc\": \"2.0\", \"oops\": true}\n\x00\xff\n")
         sys.stdout.buffer.flush()

@@ -7,9 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
+use futures_util::future::Either;
 use futures_util::future::join_all;
 use tokio_util::sync::CancellationToken;
 
+use super::perform::{ModelStep, Performer, ToolStep, idempotency_prefix};
 use super::state::{Action, Admission, CallResult, Plan, PlannedCall, RunState};
 use crate::approval::{ApprovalRequest, Approver};
 use crate::context::ContextConfig;
@@ -19,7 +21,7 @@ use crate::hook::{Hook, HookContext, HookEvent, HookResult, PostTool, PreTool, S
 use crate::journal::{Journal, JournalObserver, RunJournal};
 use crate::limits::{ConfigError, Limits};
 use crate::message::Message;
-use crate::model::Model;
+use crate::model::{Model, ModelError, ModelResponse};
 use crate::outcome::{Outcome, Status};
 use crate::output::OutputSchema;
 use crate::policy::Policy;
@@ -196,6 +198,35 @@ impl AgentBuilder {
     }
 }
 
+/// Where a batch stands in its run: what a tool call's idempotency key is made of.
+#[derive(Clone, Copy)]
+struct BatchAt<'a> {
+    step: u64,
+    key_prefix: &'a Arc<str>,
+}
+
+/// A model call with its panic caught and reported as a failed call.
+fn caught(
+    call: impl std::future::Future<Output = Result<ModelResponse, ModelError>>,
+) -> impl std::future::Future<Output = Result<ModelResponse, ModelError>> {
+    AssertUnwindSafe(call).catch_unwind().map(|r| match r {
+        Ok(r) => r,
+        Err(panic) => Err(ModelError::Failed(format!("the model panicked: {}", panic_message(&panic)))),
+    })
+}
+
+/// A model call as `performer` does it (awaited as it is without one).
+fn perform_model<'a>(
+    performer: Option<&'a dyn Performer>,
+    step: ModelStep,
+    work: impl std::future::Future<Output = Result<ModelResponse, ModelError>> + Send + 'a,
+) -> impl std::future::Future<Output = Result<ModelResponse, ModelError>> + 'a {
+    match performer {
+        None => Either::Left(work),
+        Some(p) => Either::Right(p.model_call(step, Box::pin(work))),
+    }
+}
+
 /// The progress of one call of a batch.
 #[derive(Clone, Default)]
 struct Slot {
@@ -350,7 +381,7 @@ impl Agent {
             Ok(state) => {
                 let state =
                     state.with_instructions(self.instructions.clone(), &self.context).with_output_schema(Some(&schema));
-                self.drive_with(state, cancel, Some(&schema)).await
+                self.drive_inner(state, cancel, Some(&schema), None).await
             }
             Err(e) => self.refused(prompt, e),
         };
@@ -386,10 +417,26 @@ impl Agent {
     /// With an output schema on the agent, a state that has none is given it (a new run's is set by
     /// [`Agent::run`]).
     pub async fn drive(&self, state: RunState, cancel: CancellationToken) -> Outcome {
+        self.drive_performed(state, cancel, None).await
+    }
+
+    /// Drives an existing state to its end with each model call and tool call performed by `performer`
+    /// (for example as a journaled step of a durable run). Everything else — deadline, cancellation,
+    /// batching, hooks, events, limits — is the same as [`Agent::drive`].
+    pub async fn drive_with(&self, state: RunState, cancel: CancellationToken, performer: &dyn Performer) -> Outcome {
+        self.drive_performed(state, cancel, Some(performer)).await
+    }
+
+    async fn drive_performed(
+        &self,
+        state: RunState,
+        cancel: CancellationToken,
+        performer: Option<&dyn Performer>,
+    ) -> Outcome {
         let schema = self.output_schema.as_ref();
         let state =
             if schema.is_some() && state.output_valid().is_none() { state.with_output_schema(schema) } else { state };
-        self.drive_with(state, cancel, schema).await
+        self.drive_inner(state, cancel, schema, performer).await
     }
 
     /// The tools of a step: the registry, plus the output schema's final-answer tool.
@@ -400,11 +447,12 @@ impl Agent {
         }
     }
 
-    async fn drive_with(
+    async fn drive_inner(
         &self,
         mut state: RunState,
         cancel: CancellationToken,
         output: Option<&OutputSchema>,
+        performer: Option<&dyn Performer>,
     ) -> Outcome {
         let started = Instant::now();
         let limits = state.limits().clone();
@@ -440,6 +488,11 @@ impl Agent {
             },
         };
         let session_id = journal.as_ref().map(|j| j.session_id().to_owned());
+        // What every tool call's idempotency key starts with (made once per run, not per call).
+        let key_prefix: Arc<str> = Arc::from(idempotency_prefix(
+            session_id.as_deref().or(performer.and_then(|p| p.session_id())),
+            state.run_id(),
+        ));
         let mut journaled = journal.as_ref().map_or(0, |j| j.recorded());
         let mut observers = self.observers.clone();
         if let Some(j) = &journal {
@@ -485,6 +538,7 @@ impl Agent {
             if let Some(j) = &journal {
                 journal_sync(j.as_ref(), &state, &mut journaled);
             }
+            let steps_so_far = state.steps();
             match state.next_action(&registry, &self.context) {
                 Action::Finished => break,
                 Action::CallModel(request) => {
@@ -502,7 +556,11 @@ impl Agent {
                     let step = state.steps() + 1;
                     emitter.emit(EventKind::ModelStart { step, messages: request.messages.len() });
                     let t0 = Instant::now();
-                    let call = AssertUnwindSafe(self.model.generate(&request, &run_cancel)).catch_unwind();
+                    let call = perform_model(
+                        performer,
+                        ModelStep { step, summary: false },
+                        caught(self.model.generate(&request, &run_cancel)),
+                    );
                     let result = tokio::select! {
                         biased;
                         _ = &mut cancelled => Err(Interrupt::Cancelled),
@@ -521,11 +579,7 @@ impl Agent {
                             self.stop(&mut state, &mut emitter, &run_cancel, i);
                             continue;
                         }
-                        Ok(Err(panic)) => Err(crate::model::ModelError::Failed(format!(
-                            "the model panicked: {}",
-                            panic_message(&panic)
-                        ))),
-                        Ok(Ok(r)) => r,
+                        Ok(r) => r,
                     };
                     if let Some(j) = &journal {
                         j.response(step, response.as_ref());
@@ -659,7 +713,11 @@ impl Agent {
                     });
                     let model = self.compact_model.as_ref().unwrap_or(&self.model);
                     let t0 = Instant::now();
-                    let call = AssertUnwindSafe(model.generate(&request, &run_cancel)).catch_unwind();
+                    let call = perform_model(
+                        performer,
+                        ModelStep { step, summary: true },
+                        caught(model.generate(&request, &run_cancel)),
+                    );
                     let limit = self.context.summary_timeout;
                     let timeout = async move {
                         match limit {
@@ -675,13 +733,7 @@ impl Agent {
                             "the summary call timed out after {}",
                             limit.map_or_else(String::new, |d| humantime::format_duration(d).to_string())
                         )))),
-                        r = call => Ok(match r {
-                            Ok(r) => r,
-                            Err(panic) => Err(crate::model::ModelError::Failed(format!(
-                                "the model panicked: {}",
-                                panic_message(&panic)
-                            ))),
-                        }),
+                        r = call => Ok(r),
                     };
                     drop(request);
                     let response = match result {
@@ -728,8 +780,17 @@ impl Agent {
                     }
                     let mut slots: Vec<Slot> = vec![Slot::default(); batch.len()];
                     let outcome = {
-                        let work =
-                            self.run_batch(&registry, &batch, &mut slots, &run_cancel, &mut emitter, hook_ctx.as_ref());
+                        let at = BatchAt { step: steps_so_far, key_prefix: &key_prefix };
+                        let work = self.run_batch(
+                            &registry,
+                            &batch,
+                            &mut slots,
+                            &run_cancel,
+                            &mut emitter,
+                            hook_ctx.as_ref(),
+                            performer,
+                            at,
+                        );
                         tokio::select! {
                             biased;
                             _ = &mut cancelled => Some(Interrupt::Cancelled),
@@ -827,6 +888,7 @@ impl Agent {
 
     /// Runs a batch: rejected calls answer at once; runs of consecutive parallel-safe calls run
     /// concurrently; the rest one by one. Each result lands in its call's slot as soon as it is known.
+    #[allow(clippy::too_many_arguments)]
     async fn run_batch(
         &self,
         registry: &Registry,
@@ -835,6 +897,8 @@ impl Agent {
         run_cancel: &CancellationToken,
         emitter: &mut Emitter,
         hook_ctx: Option<&HookContext>,
+        performer: Option<&dyn Performer>,
+        at: BatchAt<'_>,
     ) {
         let parallel = |p: &PlannedCall<'_>| {
             matches!(p.plan, Plan::Run) && registry.get(&p.call.name).is_some_and(|t| t.parallel_safe())
@@ -863,7 +927,7 @@ impl Agent {
                 let (p, slot) = (&batch[i], &mut slots[i]);
                 let t0 = Instant::now();
                 slot.began = Some(t0);
-                let result = self.run_call(registry, p, run_cancel).await;
+                let result = self.run_call(registry, p, run_cancel, performer, at).await;
                 let result = match hook_ctx {
                     Some(ctx) => self.post_tool(ctx, p, result, run_cancel, &mut slot.hook_events).await,
                     None => result,
@@ -874,7 +938,7 @@ impl Agent {
                 join_all(batch[i..j].iter().zip(slots[i..j].iter_mut()).map(|(p, slot)| async move {
                     let t0 = Instant::now();
                     slot.began = Some(t0);
-                    let result = self.run_call(registry, p, run_cancel).await;
+                    let result = self.run_call(registry, p, run_cancel, performer, at).await;
                     let result = match hook_ctx {
                         Some(ctx) => self.post_tool(ctx, p, result, run_cancel, &mut slot.hook_events).await,
                         None => result,
@@ -1058,7 +1122,14 @@ impl Agent {
         CallResult { content: result.content, is_error: result.is_error }
     }
 
-    async fn run_call(&self, registry: &Registry, p: &PlannedCall<'_>, run_cancel: &CancellationToken) -> CallResult {
+    async fn run_call(
+        &self,
+        registry: &Registry,
+        p: &PlannedCall<'_>,
+        run_cancel: &CancellationToken,
+        performer: Option<&dyn Performer>,
+        at: BatchAt<'_>,
+    ) -> CallResult {
         let tool = match (&p.plan, registry.get(&p.call.name)) {
             (Plan::Reject { message }, _) => return CallResult { content: message.clone(), is_error: true },
             (Plan::Ask { .. }, _) => {
@@ -1069,11 +1140,29 @@ impl Agent {
             }
             (Plan::Run, Some(tool)) => tool,
         };
+        let work = self.perform_call(tool, p, run_cancel, at);
+        match performer {
+            None => work.await,
+            Some(performer) => {
+                let step = ToolStep { step: at.step, call: p.call, key_prefix: at.key_prefix };
+                performer.tool_call(step, Box::pin(work)).await
+            }
+        }
+    }
+
+    /// One tool call done in process: under its timeout, its panic caught, its output made a result.
+    async fn perform_call(
+        &self,
+        tool: &Arc<dyn crate::tool::Tool>,
+        p: &PlannedCall<'_>,
+        run_cancel: &CancellationToken,
+        at: BatchAt<'_>,
+    ) -> CallResult {
         // A call of its own to cancel exists only where the call can time out; otherwise the call hears the
         // run's token (cancellation and deadline), which spares a token per call on the hot path.
         let call_cancel = self.limits.tool_timeout.map(|_| run_cancel.child_token());
         let cancel = call_cancel.clone().unwrap_or_else(|| run_cancel.clone());
-        let ctx = ToolContext { call_id: p.call.id.clone(), cancel };
+        let ctx = ToolContext::in_run(p.call.id.clone(), cancel, Arc::clone(at.key_prefix), at.step);
         let fut = AssertUnwindSafe(tool.call(p.call.arguments.clone(), ctx)).catch_unwind();
         let result = match self.limits.tool_timeout {
             Some(t) => tokio::time::timeout(t, fut).await.ok(),

@@ -15,7 +15,8 @@ Exit codes:
   7  aborted          cancelled (Ctrl-C, SIGTERM, SIGHUP) or stopped by policy
   8  model_error      the model call failed or its response was malformed
   9  context_limit    the context budget cannot hold the first message and the newest turn
- 14  awaiting_approval  a call waits for a decision: `reins approve ID` continues the run";
+ 14  awaiting_approval  a call waits for a decision: `reins approve ID` continues the run
+ 15  (durable runs)   submit/status/result/cancel: Restate unreachable, or no such run or session";
 
 /// The exit code for a run's status.
 pub fn code_for(status: Status) -> u8 {

@@ -37,6 +37,7 @@ macro_rules! errln {
 
 mod agent_cli;
 mod demo;
+mod durable_cli;
 mod exit;
 mod instructions_cli;
 mod mcp_cli;
@@ -86,6 +87,18 @@ enum Command {
     Mcp(mcp_cli::McpArgs),
     /// The agent definition: `reins config show` prints the resolved agent and where each value came from.
     Config(agent_cli::ConfigArgs),
+    /// Serve durable runs for Restate: a service endpoint that runs agents (loopback by default).
+    Worker(durable_cli::WorkerArgs),
+    /// Start a durable run on Restate (prints its session and run ids; --wait waits like `reins run`).
+    /// Exit 15 when Restate is unreachable or the session unknown.
+    Submit(Box<durable_cli::SubmitArgs>),
+    /// Show where a durable run (or a session's newest run) stands. Exit 15 for an unknown id.
+    Status(durable_cli::IdArgs),
+    /// Print the outcome of a finished durable run like `reins run`, with its exit code. Exit 15 when it is
+    /// unknown or not finished.
+    Result(durable_cli::IdArgs),
+    /// Cancel a durable run: it ends `aborted` at its next step, its transcript coherent.
+    Cancel(durable_cli::IdArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -119,6 +132,11 @@ fn main() -> std::process::ExitCode {
             Command::SandboxCheck(args) => tools_cli::sandbox_check(&args),
             Command::Mcp(args) => mcp_cli::mcp(args).await,
             Command::Config(args) => agent_cli::config(args),
+            Command::Worker(args) => durable_cli::worker(args).await,
+            Command::Submit(args) => durable_cli::submit(*args).await,
+            Command::Status(args) => durable_cli::status(args).await,
+            Command::Result(args) => durable_cli::result(args).await,
+            Command::Cancel(args) => durable_cli::cancel(args).await,
         }
     });
     // Every way out (a run that ended, an error): the stores are closed, their logs checkpointed.

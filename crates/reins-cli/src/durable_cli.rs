@@ -1,0 +1,273 @@
+//! Durable runs on Restate: `reins worker` (a Restate service endpoint that runs agents) and its client,
+//! `reins submit`, `reins status`, `reins result` and `reins cancel`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+use reins::Outcome;
+use reins_restate::client::{Client, ClientError};
+use reins_restate::{TurnRequest, new_id};
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::exit::{CliError, code_for, usage};
+
+/// The exit code of `submit`, `status`, `result` and `cancel` when the service is unreachable or the id unknown.
+pub const EXIT_UNREACHABLE: u8 = 15;
+
+/// Where Restate is.
+#[derive(Args, Debug, Clone)]
+pub struct RestateFlags {
+    /// Restate's ingress URL (default: $REINS_RESTATE_URL, else http://127.0.0.1:8080).
+    #[arg(long = "restate", value_name = "URL")]
+    pub restate: Option<String>,
+    /// Restate's admin URL (default: $REINS_RESTATE_ADMIN_URL, else the ingress host on port 9070).
+    #[arg(long = "restate-admin", value_name = "URL")]
+    pub restate_admin: Option<String>,
+}
+
+impl RestateFlags {
+    fn client(&self) -> Client {
+        let ingress = self
+            .restate
+            .clone()
+            .or_else(|| std::env::var("REINS_RESTATE_URL").ok())
+            .unwrap_or_else(|| "http://127.0.0.1:8080".to_owned());
+        let admin = self
+            .restate_admin
+            .clone()
+            .or_else(|| std::env::var("REINS_RESTATE_ADMIN_URL").ok())
+            .unwrap_or_else(|| Client::default_admin(&ingress));
+        Client::new(&ingress, &admin)
+    }
+}
+
+/// Flags of `reins worker`.
+#[derive(Args, Debug)]
+pub struct WorkerArgs {
+    /// The address to serve Restate on (loopback by default; behind a load balancer, several workers share one
+    /// address that is registered with Restate once).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9080")]
+    pub listen: SocketAddr,
+    /// A request identity public key of the Restate server (`publickeyv1_...`; repeatable): requests not signed
+    /// by one are refused. Default: $REINS_RESTATE_IDENTITY_KEY.
+    #[arg(long = "identity-key", value_name = "KEY")]
+    pub identity_keys: Vec<String>,
+}
+
+/// Flags of `reins submit`.
+#[derive(Args, Debug)]
+pub struct SubmitArgs {
+    /// The prompt (a follow-up with --session).
+    pub prompt: String,
+    /// The agent file of a new session (its paths must be valid on every worker: shared storage).
+    #[arg(long = "agent", value_name = "FILE", required_unless_present = "session")]
+    pub agent: Option<PathBuf>,
+    /// Continues this session with a follow-up turn (its agent unless --agent is given).
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// Waits for the run to end and prints its outcome like `reins run`, with its exit code.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: writes the outcome as one JSON line on stdout instead of readable text.
+    #[arg(long)]
+    pub json: bool,
+    /// With --wait: writes the whole outcome, transcript included, as JSON to this file.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// Where Restate is.
+    #[command(flatten)]
+    pub restate: RestateFlags,
+}
+
+/// Flags of `reins status`, `reins result` and `reins cancel`.
+#[derive(Args, Debug)]
+pub struct IdArgs {
+    /// A run id, or a session id (its newest run).
+    pub id: String,
+    /// `result`: writes the outcome as one JSON line on stdout instead of readable text.
+    #[arg(long)]
+    pub json: bool,
+    /// `result`: writes the whole outcome, transcript included, as JSON to this file.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// Where Restate is.
+    #[command(flatten)]
+    pub restate: RestateFlags,
+}
+
+/// A client error as the command reports it: unreachable or unknown is exit 15, a run that failed for good
+/// (for example a bad agent definition) is bad input, exit 2.
+fn client_err(e: ClientError) -> Result<u8, CliError> {
+    match e {
+        e @ (ClientError::Unreachable { .. } | ClientError::Unknown(_) | ClientError::NotFinished(_)) => {
+            errln!("reins: error: {e}");
+            Ok(EXIT_UNREACHABLE)
+        }
+        ClientError::InvalidId(_) => Err(usage(e.to_string())),
+        ClientError::Failed(m) => Err(usage(format!("the durable run failed: {m}"))),
+        e => Err(CliError::Internal(anyhow::anyhow!(e))),
+    }
+}
+
+/// Prints an outcome like `reins run` and gives its exit code.
+fn show_outcome(outcome: &Outcome, json: bool, output: Option<&PathBuf>) -> Result<u8, CliError> {
+    if let Some(path) = output {
+        crate::run::write_outcome(path, outcome)?;
+    }
+    if json {
+        let v = crate::providers_cli::outcome_json(outcome).map_err(|e| CliError::Internal(e.into()))?;
+        jsonln!("{v}");
+    } else {
+        crate::render::summary(outcome);
+    }
+    Ok(code_for(outcome.status))
+}
+
+/// `reins worker`.
+pub async fn worker(args: WorkerArgs) -> Result<u8, CliError> {
+    let mut keys = args.identity_keys.clone();
+    if keys.is_empty() {
+        if let Ok(k) = std::env::var("REINS_RESTATE_IDENTITY_KEY") {
+            keys.extend(k.split(',').map(str::trim).filter(|k| !k.is_empty()).map(str::to_owned));
+        }
+    }
+    let options = reins_restate::worker::WorkerOptions { identity_keys: keys };
+    // Refuses a bad key before it listens.
+    reins_restate::worker::endpoint(&options).map_err(|e| usage(e.to_string()))?;
+    let listener = reins_restate::worker::bind(args.listen).await.map_err(|e| usage(e.to_string()))?;
+    let addr = listener.local_addr().map_err(|e| CliError::Internal(e.into()))?;
+    let listen = |kind: SignalKind| {
+        signal(kind).map_err(|e| CliError::Internal(anyhow::anyhow!("cannot listen for signals: {e}")))
+    };
+    let (mut int, mut term, mut hup) =
+        (listen(SignalKind::interrupt())?, listen(SignalKind::terminate())?, listen(SignalKind::hangup())?);
+    errln!(
+        "reins worker: serving Restate on {addr}{} (register it: POST <admin>/deployments {{\"uri\": \"http://{addr}\"}})",
+        if options.identity_keys.is_empty() { "" } else { ", request identity verified" }
+    );
+    let shutdown = async {
+        let name = tokio::select! {
+            _ = int.recv() => "SIGINT",
+            _ = term.recv() => "SIGTERM",
+            _ = hup.recv() => "SIGHUP",
+        };
+        errln!(
+            "reins worker: {name} received: handing the turns under way back to Restate (they continue on another worker)"
+        );
+    };
+    reins_restate::worker::serve(listener, &options, shutdown).await.map_err(|e| usage(e.to_string()))?;
+    Ok(0)
+}
+
+/// `reins submit`.
+pub async fn submit(args: SubmitArgs) -> Result<u8, CliError> {
+    let agent = match &args.agent {
+        Some(path) => {
+            // Absolute, so that the paths it names are the same on every worker.
+            let path = std::fs::canonicalize(path).map_err(|e| usage(format!("--agent {}: {e}", path.display())))?;
+            let layer = reins_agent::agent_file_layer(&path).map_err(crate::agent_cli::def_err)?;
+            let resolved = reins_agent::resolve(&[layer]).map_err(crate::agent_cli::def_err)?;
+            resolved.def.validate().map_err(crate::agent_cli::def_err)?;
+            Some(resolved.def.to_json())
+        }
+        None => None,
+    };
+    let client = args.restate.client();
+    let session = match &args.session {
+        Some(id) => {
+            // A follow-up goes to a session that exists: one that finished a turn, or has one under way.
+            match client.last(id).await {
+                Ok(Some(_)) => {}
+                Ok(None) if agent.is_some() => {}
+                Ok(None) => match client.find(id).await {
+                    Ok(_) => {}
+                    Err(e) => return client_err(e),
+                },
+                Err(e) => return client_err(e),
+            }
+            id.clone()
+        }
+        None => new_id(),
+    };
+    let request = TurnRequest { run_id: new_id(), prompt: args.prompt.clone(), agent };
+    let submitted = match client.submit(&session, &request).await {
+        Ok(s) => s,
+        Err(e) => return client_err(e),
+    };
+    if args.json {
+        jsonln!("{}", serde_json::json!({"session": submitted.session, "run": submitted.run_id}));
+    } else {
+        outln!("session {}", submitted.session);
+        outln!("run {}", submitted.run_id);
+    }
+    crate::output::flush_stdout();
+    if !args.wait {
+        return Ok(0);
+    }
+    match client.wait(&submitted.session, &submitted.run_id).await {
+        Ok(outcome) => show_outcome(&outcome, args.json, args.output.as_ref()),
+        Err(e) => client_err(e),
+    }
+}
+
+/// `reins status`.
+pub async fn status(args: IdArgs) -> Result<u8, CliError> {
+    let client = args.restate.client();
+    let found = match client.find(&args.id).await {
+        Ok(f) => f,
+        Err(e) => return client_err(e),
+    };
+    let state = match (&found.status[..], &found.failure) {
+        ("completed", Some(f)) => format!("failed: {f}"),
+        ("completed", None) => match client.result(&found).await {
+            Ok(o) => format!("finished: {}", o.status),
+            Err(e) => return client_err(e),
+        },
+        (s, _) => s.to_owned(),
+    };
+    if args.json {
+        jsonln!(
+            "{}",
+            serde_json::json!({"run": found.run_id, "session": found.session, "invocation": found.invocation_id, "state": state})
+        );
+    } else {
+        outln!("run {}", found.run_id);
+        outln!("session {}", found.session);
+        outln!("state {state}");
+    }
+    Ok(0)
+}
+
+/// `reins result`.
+pub async fn result(args: IdArgs) -> Result<u8, CliError> {
+    let client = args.restate.client();
+    let found = match client.find(&args.id).await {
+        Ok(f) => f,
+        Err(e) => return client_err(e),
+    };
+    match client.result(&found).await {
+        Ok(outcome) => show_outcome(&outcome, args.json, args.output.as_ref()),
+        Err(e) => client_err(e),
+    }
+}
+
+/// `reins cancel`.
+pub async fn cancel(args: IdArgs) -> Result<u8, CliError> {
+    let client = args.restate.client();
+    let found = match client.find(&args.id).await {
+        Ok(f) => f,
+        Err(e) => return client_err(e),
+    };
+    if found.status == "completed" {
+        outln!("run {} had already finished", found.run_id);
+        return Ok(0);
+    }
+    match client.cancel(&found).await {
+        Ok(()) => {
+            outln!("run {} cancelled: it ends aborted at its next step", found.run_id);
+            Ok(0)
+        }
+        Err(e) => client_err(e),
+    }
+}

@@ -1,0 +1,342 @@
+//! Durable runs on a real restate-server with `reins worker` processes: multi-step runs with tools, a worker
+//! or the server killed mid tool batch, cancellation, SIGTERM, many sessions on two workers, a second turn on
+//! another worker, bad agent definitions. Model calls go to a local OpenAI-compatible server that counts
+//! them; the tools record every idempotency key they see.
+
+#[path = "durable/support.rs"]
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use reins::{Message, Outcome, Status};
+use reins_restate::TurnRequest;
+use reins_restate::client::{Client, ClientError};
+use serde_json::json;
+use support::*;
+
+fn client(r: &Restate) -> Client {
+    Client::new(&r.ingress, &r.admin)
+}
+
+fn submit_flags(r: &Restate) -> Vec<String> {
+    vec!["--restate".into(), r.ingress.clone(), "--restate-admin".into(), r.admin.clone()]
+}
+
+/// Submits a new session's first turn through the client; returns (session, run).
+fn submit(r: &Restate, agent: &Path, prompt: &str) -> (String, String) {
+    let layer = reins_agent::agent_file_layer(agent).unwrap();
+    let def = reins_agent::resolve(&[layer]).unwrap().def;
+    let (session, run_id) = (reins_restate::new_id(), reins_restate::new_id());
+    let req = TurnRequest { run_id: run_id.clone(), prompt: prompt.into(), agent: Some(def.to_json()) };
+    runtime().block_on(client(r).submit(&session, &req)).unwrap();
+    (session, run_id)
+}
+
+fn wait(r: &Restate, session: &str, run: &str) -> Outcome {
+    // After a server restart the attach may find the server still starting: try again for a while.
+    for _ in 0..100 {
+        match runtime().block_on(client(r).wait(session, run)) {
+            Ok(o) => return o,
+            Err(ClientError::Unreachable { .. }) | Err(ClientError::Http { .. }) => {
+                std::thread::sleep(Duration::from_millis(200))
+            }
+            Err(e) => panic!("waiting for {run}: {e}"),
+        }
+    }
+    panic!("the run {run} did not end")
+}
+
+fn assert_coherent(o: &Outcome) {
+    let t = reins::Transcript::from_messages(o.messages.clone(), &reins::CharCounter).expect("a valid transcript");
+    assert!(t.is_complete(), "every call has its result: {:#?}", o.messages);
+}
+
+/// Every key seen, with how many times.
+fn key_counts(dir: &Path) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for (k, _) in keys(dir) {
+        *m.entry(k).or_insert(0) += 1;
+    }
+    m
+}
+
+/// One restate-server, a model server, a balancer, and a worker behind it.
+struct Setup {
+    dir: Dir,
+    restate: Restate,
+    model: ModelServer,
+    agent: std::path::PathBuf,
+    balancer: Balancer,
+    ports: Vec<u16>,
+}
+
+impl Setup {
+    /// With `n` worker ports behind the balancer (no worker started).
+    fn new(name: &str, n: usize) -> Setup {
+        let dir = Dir::new(name);
+        let restate = Restate::start();
+        let model = ModelServer::start();
+        let agent = agent_file(&dir.0, &model.url);
+        let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let balancer = Balancer::start(ports.clone());
+        Setup { dir, restate, model, agent, balancer, ports }
+    }
+
+    fn worker(&self, i: usize) -> Worker {
+        Worker::start(self.ports[i], self.dir.path(&format!("worker{i}.log")))
+    }
+
+    fn register(&self) {
+        self.restate.register(&self.balancer.uri);
+    }
+}
+
+#[test]
+fn a_multi_step_run_with_tools_completes_and_its_next_turn_runs_on_another_worker() {
+    let s = Setup::new("multi", 2);
+    let mut a = s.worker(0);
+    s.register();
+    let out = reins()
+        .arg("submit")
+        .args(submit_flags(&s.restate))
+        .arg("--agent")
+        .arg(&s.agent)
+        .args(["--wait", "--output"])
+        .arg(s.dir.path("outcome.json"))
+        .arg("tools 3 2")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let session = stdout.lines().find_map(|l| l.strip_prefix("session ")).unwrap().to_owned();
+    let run = stdout.lines().find_map(|l| l.strip_prefix("run ")).unwrap().to_owned();
+    assert!(stdout.contains("done after 3 steps and 6 results"), "{stdout}");
+    let outcome: Outcome = serde_json::from_slice(&std::fs::read(s.dir.path("outcome.json")).unwrap()).unwrap();
+    assert_eq!((outcome.status, outcome.steps, outcome.tool_calls), (Status::Completed, 4, 6));
+    assert_eq!(outcome.session_id.as_deref(), Some(session.as_str()));
+    assert_coherent(&outcome);
+    // Every step asked the model once; every call ran once, with its own key naming session, run, step, call.
+    assert!(s.model.counts("tools 3 2").values().all(|&n| n == 1), "{:?}", s.model.counts("tools 3 2"));
+    let keys = key_counts(&s.dir.0);
+    assert_eq!(keys.len(), 6, "{keys:?}");
+    assert!(keys.values().all(|&n| n == 1));
+    assert!(keys.contains_key(&format!("{session}/{run}/2/c2_1")), "{keys:?}");
+
+    // `status` and `result` find it by run id and by session id.
+    let st = reins().arg("status").args(submit_flags(&s.restate)).arg(&run).output().unwrap();
+    assert_eq!(st.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&st.stdout).contains("state finished: completed"));
+    let res = reins().arg("result").args(submit_flags(&s.restate)).arg(&session).output().unwrap();
+    assert_eq!(res.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&res.stdout).contains("done after 3 steps"));
+
+    // The worker that ran the first turn is gone; the next turn runs on another one, from Restate's state.
+    a.kill9();
+    let _b = s.worker(1);
+    let out = reins()
+        .arg("submit")
+        .args(submit_flags(&s.restate))
+        .args(["--session", &session, "--wait", "--json", "again"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let last = String::from_utf8_lossy(&out.stdout).lines().last().unwrap().to_owned();
+    let second: Outcome = serde_json::from_str(&last).unwrap();
+    assert_eq!(second.answer.as_deref(), Some(&*format!("again: {} messages", outcome.messages.len() + 1)));
+    assert_eq!(second.messages[..outcome.messages.len()], outcome.messages[..]);
+    assert_eq!(second.messages[outcome.messages.len()], Message::user("again"));
+}
+
+/// The uninterrupted run of `prompt` that a crashed one must equal.
+fn reference(s: &Setup, prompt: &str) -> Outcome {
+    let (session, run) = submit(&s.restate, &s.agent, prompt);
+    let o = wait(&s.restate, &session, &run);
+    assert_eq!(o.status, Status::Completed, "{:?}", o.error);
+    o
+}
+
+/// After a crash mid batch: the model was asked once per step (twice over, with the reference run), the
+/// calls that had finished ran once, the one in flight again with the same key, and the transcript is the
+/// uninterrupted one.
+fn assert_exactly_once(s: &Setup, prompt: &str, expected: &Outcome, crashed: &Outcome, session: &str, run: &str) {
+    assert_eq!(crashed.status, Status::Completed, "{:?}", crashed.error);
+    assert_eq!(crashed.messages, expected.messages);
+    assert!(s.model.counts(prompt).values().all(|&n| n == 2), "{:?}", s.model.counts(prompt));
+    let keys = key_counts(&s.dir.0);
+    let mine: BTreeMap<&String, &usize> =
+        keys.iter().filter(|(k, _)| k.starts_with(&format!("{session}/{run}/"))).collect();
+    assert_eq!(mine.len(), 6, "{mine:?}");
+    for (k, n) in mine {
+        let expected = if k.ends_with("/1/c1_3") { 2 } else { 1 };
+        assert_eq!(*n, expected, "{k}");
+    }
+}
+
+#[test]
+fn a_worker_killed_mid_batch_is_replaced_and_every_finished_step_is_done_once() {
+    let s = Setup::new("killworker", 1);
+    let mut w = s.worker(0);
+    s.register();
+    let prompt = "tools 2 3 slow";
+    let expected = reference(&s, prompt);
+    std::fs::remove_file(s.dir.path("started")).unwrap();
+    let (session, run) = submit(&s.restate, &s.agent, prompt);
+    wait_for(&s.dir.path("started"), Duration::from_secs(60));
+    w.restart();
+    let crashed = wait(&s.restate, &session, &run);
+    assert_exactly_once(&s, prompt, &expected, &crashed, &session, &run);
+}
+
+#[test]
+fn the_server_killed_mid_batch_and_restarted_finishes_the_run_the_same() {
+    let mut s = Setup::new("killserver", 1);
+    let _w = s.worker(0);
+    s.register();
+    let prompt = "tools 2 3 slow";
+    let expected = reference(&s, prompt);
+    std::fs::remove_file(s.dir.path("started")).unwrap();
+    let (session, run) = submit(&s.restate, &s.agent, prompt);
+    wait_for(&s.dir.path("started"), Duration::from_secs(60));
+    s.restate.kill_and_restart();
+    let crashed = wait(&s.restate, &session, &run);
+    assert_exactly_once(&s, prompt, &expected, &crashed, &session, &run);
+}
+
+#[test]
+fn sigterm_to_a_worker_hands_its_turn_to_another() {
+    let s = Setup::new("sigterm", 2);
+    let mut a = s.worker(0);
+    s.register();
+    let prompt = "tools 2 3 slow";
+    let (session, run) = submit(&s.restate, &s.agent, prompt);
+    wait_for(&s.dir.path("started"), Duration::from_secs(60));
+    let _b = s.worker(1);
+    assert!(a.term(Duration::from_secs(10)), "the worker exits promptly on SIGTERM");
+    let o = wait(&s.restate, &session, &run);
+    assert_eq!(o.status, Status::Completed, "{:?}", o.error);
+    let pids: BTreeSet<String> = keys(&s.dir.0).into_iter().map(|(_, p)| p).collect();
+    assert_eq!(pids.len(), 2, "both workers ran calls: {pids:?}");
+    assert_eq!(key_counts(&s.dir.0)[&format!("{session}/{run}/1/c1_3")], 2);
+}
+
+#[test]
+fn cancel_mid_run_ends_it_aborted_with_a_coherent_transcript() {
+    let s = Setup::new("cancel", 1);
+    let _w = s.worker(0);
+    s.register();
+    let (_session, run) = submit(&s.restate, &s.agent, "tools 3 1 slow");
+    wait_for(&s.dir.path("started"), Duration::from_secs(60));
+    let out = reins().arg("cancel").args(submit_flags(&s.restate)).arg(&run).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let res = loop {
+        let res = reins().arg("result").args(submit_flags(&s.restate)).args([&run, "--json"]).output().unwrap();
+        if res.status.code() != Some(15) {
+            break res;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(res.status.code(), Some(7), "{}", String::from_utf8_lossy(&res.stderr));
+    let o: Outcome = serde_json::from_slice(&res.stdout).unwrap();
+    assert_eq!(o.status, Status::Aborted);
+    assert!(o.error.as_deref().unwrap_or_default().contains("cancelled"), "{:?}", o.error);
+    assert!(o.steps < 4, "it stopped before its end");
+    assert_coherent(&o);
+}
+
+#[test]
+fn two_workers_run_a_hundred_sessions_each_once() {
+    let s = Setup::new("hundred", 2);
+    let (_a, _b) = (s.worker(0), s.worker(1));
+    s.register();
+    let layer = reins_agent::agent_file_layer(&s.agent).unwrap();
+    let def = reins_agent::resolve(&[layer]).unwrap().def.to_json();
+    let c = client(&s.restate);
+    let outcomes: Vec<(String, Outcome)> = runtime().block_on(async {
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..100 {
+            let (c, def) = (c.clone(), def.clone());
+            tasks.spawn(async move {
+                let prompt = format!("tools 1 1 #{i}");
+                let (session, run_id) = (reins_restate::new_id(), reins_restate::new_id());
+                let req = TurnRequest { run_id: run_id.clone(), prompt: prompt.clone(), agent: Some(def) };
+                c.submit(&session, &req).await.unwrap();
+                (prompt, c.wait(&session, &run_id).await.unwrap())
+            });
+        }
+        let mut out = Vec::new();
+        while let Some(r) = tasks.join_next().await {
+            out.push(r.unwrap());
+        }
+        out
+    });
+    assert_eq!(outcomes.len(), 100);
+    for (prompt, o) in &outcomes {
+        assert_eq!(o.status, Status::Completed, "{prompt}: {:?}", o.error);
+        // Requests of 2 and 4 messages (the instructions, the prompt, then a call and its result): once each.
+        assert_eq!(s.model.counts(prompt), BTreeMap::from([(2, 1), (4, 1)]), "{prompt}");
+    }
+    let keys = key_counts(&s.dir.0);
+    assert_eq!(keys.len(), 100);
+    assert!(keys.values().all(|&n| n == 1), "no call ran twice");
+    let pids: BTreeSet<String> = support::keys(&s.dir.0).into_iter().map(|(_, p)| p).collect();
+    assert_eq!(pids.len(), 2, "both workers served: {pids:?}");
+}
+
+#[test]
+fn bad_agents_unknown_ids_and_an_unreachable_service_are_clear_errors() {
+    let s = Setup::new("bad", 1);
+    let _w = s.worker(0);
+    s.register();
+    let c = client(&s.restate);
+    // A bad definition is a terminal error naming the key, not a retry loop.
+    let session = reins_restate::new_id();
+    let req = TurnRequest {
+        run_id: reins_restate::new_id(),
+        prompt: "hi".into(),
+        agent: Some(json!({"model": "openai-chat:test", "limits": {"max_steps": 0}})),
+    };
+    runtime().block_on(c.submit(&session, &req)).unwrap();
+    match runtime().block_on(c.wait(&session, &req.run_id)) {
+        Err(ClientError::Failed(m)) => {
+            assert!(m.contains("bad agent definition") && m.contains("limits.max_steps"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let found = runtime().block_on(c.find(&req.run_id)).unwrap();
+    assert_eq!(found.status, "completed");
+    // A workspace this worker cannot open is refused, saying so.
+    let req = TurnRequest {
+        run_id: reins_restate::new_id(),
+        prompt: "hi".into(),
+        agent: Some(json!({"model": "openai-chat:test", "workspace": {"path": "/nonexistent/reins-ws"}})),
+    };
+    let session = reins_restate::new_id();
+    runtime().block_on(c.submit(&session, &req)).unwrap();
+    match runtime().block_on(c.wait(&session, &req.run_id)) {
+        Err(ClientError::Failed(m)) => assert!(m.contains("cannot open the workspace /nonexistent/reins-ws"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // The CLI: a bad agent file is exit 2 before anything is sent; an unknown id or session, or nothing
+    // listening, is exit 15.
+    let bad = s.dir.path("bad.toml");
+    std::fs::write(&bad, "model = 5\n").unwrap();
+    let out = reins().arg("submit").args(submit_flags(&s.restate)).arg("--agent").arg(&bad).arg("x").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    for cmd in ["status", "result", "cancel"] {
+        let out = reins().arg(cmd).args(submit_flags(&s.restate)).arg("no-such-run").output().unwrap();
+        assert_eq!(out.status.code(), Some(15), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out = reins()
+        .arg("submit")
+        .args(submit_flags(&s.restate))
+        .args(["--session", "no-such-session", "more"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(15), "{}", String::from_utf8_lossy(&out.stderr));
+    let port = free_port();
+    let out = reins().args(["status", "--restate", &format!("http://127.0.0.1:{port}"), "x1"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(15));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unreachable"));
+}

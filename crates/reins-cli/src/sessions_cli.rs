@@ -167,10 +167,24 @@ pub fn run_store(flags: &RunStoreFlags) -> Result<Option<Store>, CliError> {
 
 /// The session `--resume ID` continues.
 pub fn resumed(store: Option<&Store>, flags: &RunStoreFlags) -> Result<Option<Session>, CliError> {
-    match (store, &flags.resume) {
-        (Some(store), Some(id)) => store.load(id).map(Some).map_err(store_err),
-        _ => Ok(None),
+    let (Some(store), Some(id)) = (store, &flags.resume) else { return Ok(None) };
+    let session = store.load(id).map_err(store_err)?;
+    if session.summary.status == reins_store::INTERRUPTED_STATUS {
+        errln!(
+            "reins: session {} was interrupted (its process is gone without ending the run): resuming it; the calls it \
+             left unanswered get an error result",
+            session.id()
+        );
+    } else if session.summary.status == "running" {
+        if let reins_store::Liveness::Running(pid) = reins_store::liveness(store.path(), session.id()) {
+            let by = pid.map(|p| format!(" (process {p})")).unwrap_or_default();
+            return Err(usage(format!(
+                "session {} is still running{by}: wait for it to end, or stop it, before resuming it",
+                session.id()
+            )));
+        }
     }
+    Ok(Some(session))
 }
 
 /// The agent recorded with the last run of `session` (for a session recorded before agents were, the one its
@@ -327,7 +341,9 @@ fn show(session: &Session, events: bool) {
             _ => {}
         }
     }
-    if s.status == "running" {
+    if s.status == reins_store::INTERRUPTED_STATUS {
+        outln!("(interrupted: its process is gone without ending the run; `reins run --resume {}` continues it)", s.id);
+    } else if s.status == "running" {
         outln!(
             "(no end recorded: the run is still going, or its process died; `reins run --resume {}` continues it)",
             s.id

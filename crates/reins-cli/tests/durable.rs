@@ -340,3 +340,42 @@ fn bad_agents_unknown_ids_and_an_unreachable_service_are_clear_errors() {
     assert_eq!(out.status.code(), Some(15));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unreachable"));
 }
+
+#[test]
+fn a_worker_given_an_identity_key_refuses_unsigned_requests() {
+    let s = Setup::new("identity", 1);
+    let key = "publickeyv1_ChjENKeMvCtRnqG2mrBK1HmPKufgFUc98K8B3ononQvp";
+    let w = Worker::start_with(s.ports[0], s.dir.path("worker.log"), &["--identity-key", key]);
+    // This server signs nothing: the worker refuses its discovery, so it cannot be registered.
+    let (status, body) = http_post(&format!("{}/deployments", s.restate.admin), &json!({"uri": w.uri()})).unwrap();
+    assert!(!(200..300).contains(&status), "{status} {body}");
+    assert!(body.contains("401") || body.to_lowercase().contains("unauthorized"), "{body}");
+    // A key that does not parse is refused before the worker listens.
+    let out = reins().args(["worker", "--listen", "127.0.0.1:0", "--identity-key", "not-a-key"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid request identity key"));
+}
+
+#[test]
+fn a_batch_of_parallel_calls_is_journaled_call_by_call() {
+    let s = Setup::new("parallel", 1);
+    let _w = s.worker(0);
+    s.register();
+    std::fs::write(s.dir.path("ws/f.txt"), "hello file").unwrap();
+    let (session, run) = submit(&s.restate, &s.agent, "reads 4");
+    let o = wait(&s.restate, &session, &run);
+    assert_eq!(o.status, Status::Completed, "{:?}", o.error);
+    assert_eq!(o.answer.as_deref(), Some("read 4 times"));
+    assert_coherent(&o);
+    // Each of the four concurrent calls is its own journal entry.
+    let inv = s.restate.query(&format!("SELECT id FROM sys_invocation WHERE idempotency_key = '{run}'"));
+    let id = inv[0]["id"].as_str().unwrap();
+    let names: Vec<String> = s
+        .restate
+        .query(&format!("SELECT name FROM sys_journal WHERE id = '{id}' AND name LIKE 'tool step%'"))
+        .iter()
+        .map(|r| r["name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let distinct: BTreeSet<&String> = names.iter().collect();
+    assert_eq!(distinct.len(), 4, "{names:?}");
+}

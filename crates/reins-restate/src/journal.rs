@@ -28,6 +28,10 @@ pub struct Journaled<'a> {
     cancel: CancellationToken,
     session: String,
     max_result_chars: usize,
+    /// One journaled step at a time: the SDK (0.13) does not run `ctx.run` steps concurrently well (a second
+    /// one waits for the invocation to be retried), so the parallel-safe calls of a batch are journaled one
+    /// after the other in a durable run.
+    one_at_a_time: tokio::sync::Mutex<()>,
 }
 
 impl<'a> Journaled<'a> {
@@ -42,7 +46,7 @@ impl<'a> Journaled<'a> {
     ) -> Self {
         let max_result_chars =
             max_result_chars.map_or(MAX_JOURNALED_RESULT_CHARS, |m| m.min(MAX_JOURNALED_RESULT_CHARS));
-        Journaled { ctx, cancel, session, max_result_chars }
+        Journaled { ctx, cancel, session, max_result_chars, one_at_a_time: tokio::sync::Mutex::new(()) }
     }
 }
 
@@ -66,6 +70,7 @@ impl Performer for Journaled<'_> {
         // what the driver lends it.
         let ctx: &'a ObjectContext<'a> = self.ctx;
         Box::pin(async move {
+            let _turn = self.one_at_a_time.lock().await;
             let journaled = ctx.run(move || async move { Ok(Json(work.await)) }).name(name).await;
             match journaled {
                 Ok(Json(result)) => result,
@@ -83,6 +88,7 @@ impl Performer for Journaled<'_> {
         let max = self.max_result_chars;
         let ctx: &'a ObjectContext<'a> = self.ctx;
         Box::pin(async move {
+            let _turn = self.one_at_a_time.lock().await;
             let journaled = ctx
                 .run(move || async move {
                     let r = work.await;

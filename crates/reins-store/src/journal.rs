@@ -109,6 +109,8 @@ struct Shared {
     queue: usize,
     /// Flushes since the store's write-ahead log was last checkpointed (shared by the store's runs).
     flushes: Arc<std::sync::atomic::AtomicU32>,
+    /// Held while the run records: says the session's process is alive (see [`crate::liveness`]).
+    _owner: Option<crate::owner::OwnerLock>,
 }
 
 #[derive(Default)]
@@ -536,6 +538,7 @@ fn register(
         }
         Err(e) => return Err(StoreError::sqlite(&path, e).to_string()),
     };
+    let owner = crate::owner::OwnerLock::take(&path, &started.session_id);
     Ok(Arc::new(Shared {
         path,
         session_id: started.session_id,
@@ -551,6 +554,7 @@ fn register(
         wake: Condvar::new(),
         queue: store.options().queue.max(1),
         flushes: store.flushes().clone(),
+        _owner: owner,
     }))
 }
 

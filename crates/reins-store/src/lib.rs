@@ -29,6 +29,7 @@
 mod chunk;
 mod error;
 mod journal;
+mod owner;
 pub mod replay;
 mod schema;
 mod session;
@@ -36,6 +37,7 @@ mod store;
 
 pub use error::StoreError;
 pub use journal::{Prices, RunLog, SessionJournal, SessionMeta};
+pub use owner::{INTERRUPTED_STATUS, Liveness, liveness};
 pub use replay::{Divergence, ReplayReport, ReplayTools, replay, replay_runs};
 
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};

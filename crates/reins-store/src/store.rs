@@ -163,7 +163,8 @@ pub struct SessionSummary {
     pub model: Option<String>,
     /// The workspace it ran in.
     pub workspace: Option<String>,
-    /// `running` while a run is open (or if its process died), else the last run's status.
+    /// `running` while a run is open, `interrupted` when its process is gone (it never ended), else the last
+    /// run's status.
     pub status: String,
     /// Runs recorded (1 + resumptions).
     pub runs: u64,
@@ -553,7 +554,15 @@ impl Store {
             let rows = stmt.query_map([], summary_row).map_err(err)?;
             rows.collect::<Result<Vec<_>, _>>().map_err(err)?
         };
-        rows.into_iter().map(|(s, key)| with_open_run(&tx, s, key).map_err(err)).collect()
+        rows.into_iter()
+            .map(|(s, key)| {
+                let mut s = with_open_run(&tx, s, key).map_err(err)?;
+                if s.status == "running" && crate::owner::liveness(&self.path, &s.id) == crate::Liveness::Interrupted {
+                    s.status = crate::INTERRUPTED_STATUS.to_owned();
+                }
+                Ok(s)
+            })
+            .collect()
     }
 
     /// The full id of the session whose id is `id` or starts with `id`.
@@ -618,7 +627,12 @@ impl Store {
             .optional()
             .map_err(err)?
             .ok_or_else(|| StoreError::NotFound(id.clone()))?;
-        let summary = with_open_run(&tx, summary, key).map_err(err)?;
+        let mut summary = with_open_run(&tx, summary, key).map_err(err)?;
+        if summary.status == "running"
+            && crate::owner::liveness(&self.path, &summary.id) == crate::Liveness::Interrupted
+        {
+            summary.status = crate::INTERRUPTED_STATUS.to_owned();
+        }
         let (lo, hi) = schema::chunk_range(key);
         let mut stmt = tx
             .prepare("SELECT id, run, entries, ts, data FROM log WHERE id BETWEEN ?1 AND ?2 ORDER BY id")

@@ -199,7 +199,20 @@ on-max-attempts = "pause"
 
     /// Rows of an admin SQL query.
     pub fn query(&self, sql: &str) -> Vec<Value> {
-        let (status, body) = http_post(&format!("{}/query", self.admin), &json!({"query": sql})).unwrap();
+        let (url, body) = (format!("{}/query", self.admin), json!({"query": sql}));
+        let (status, body) = runtime()
+            .block_on(async move {
+                let resp = reqwest_like_client()
+                    .post(&url)
+                    .header("accept", "application/json")
+                    .json(&body)
+                    .send()
+                    .await
+                    .ok()?;
+                let status = resp.status().as_u16();
+                Some((status, resp.text().await.ok()?))
+            })
+            .unwrap();
         assert_eq!(status, 200, "{body}");
         let v: Value = serde_json::from_str(&body).unwrap();
         v["rows"].as_array().cloned().unwrap_or_default()
@@ -220,11 +233,17 @@ pub struct Worker {
     child: Option<Child>,
     pub port: u16,
     log: PathBuf,
+    args: Vec<String>,
 }
 
 impl Worker {
     pub fn start(port: u16, log: PathBuf) -> Worker {
-        let mut w = Worker { child: None, port, log };
+        Worker::start_with(port, log, &[])
+    }
+
+    /// With more flags of `reins worker`.
+    pub fn start_with(port: u16, log: PathBuf, args: &[&str]) -> Worker {
+        let mut w = Worker { child: None, port, log, args: args.iter().map(|a| (*a).to_owned()).collect() };
         w.spawn();
         w
     }
@@ -233,6 +252,7 @@ impl Worker {
         let out = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_reins"))
             .args(["worker", "--listen", &format!("127.0.0.1:{}", self.port)])
+            .args(&self.args)
             .env("OPENAI_API_KEY", "test-key")
             .env("XDG_CONFIG_HOME", std::env::temp_dir().join("reins-durable-no-config"))
             .stdin(Stdio::null())
@@ -356,6 +376,25 @@ fn respond(body: &Value) -> Value {
     };
     if newest["role"] == "user" && users.len() > 1 {
         return answer(format!("again: {} messages", messages.len()));
+    }
+    if words.first() == Some(&"reads") {
+        let n: usize = words.get(1).and_then(|w| w.parse().ok()).unwrap_or(1);
+        if step == 1 {
+            let calls: Vec<Value> = (1..=n)
+                .map(|j| {
+                    json!({"id": format!("r{j}"), "type": "function", "function": {"name": "read_file",
+                        "arguments": json!({"path": "f.txt"}).to_string()}})
+                })
+                .collect();
+            return json!({"id": "r", "object": "chat.completion", "model": "test", "choices": [{"index": 0,
+                "message": {"role": "assistant", "content": null, "tool_calls": calls}, "finish_reason": "tool_calls"}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}});
+        }
+        let ok = messages
+            .iter()
+            .filter(|m| m["role"] == "tool" && m["content"].as_str().unwrap_or("").contains("hello file"))
+            .count();
+        return answer(format!("read {ok} times"));
     }
     if words.first() == Some(&"tools") {
         let steps: usize = words.get(1).and_then(|w| w.parse().ok()).unwrap_or(1);

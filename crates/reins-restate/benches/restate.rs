@@ -1,0 +1,313 @@
+//! What Restate costs: one JSON line `{"id", "value", "unit"}` per figure on stdout. Not run in CI.
+//!
+//! `cargo bench -p reins-restate` (needs the Restate server: `source .ci/setup-restate.sh`, or
+//! `REINS_RESTATE_SERVER`). A real restate-server on 127.0.0.1 and workers served in this process (real HTTP/2,
+//! the same `serve` as `reins worker`), a scripted model and the `echo` test tool, so that the figures are the
+//! harness's and Restate's own. Figures:
+//!
+//! - `inprocess-us-per-step`, `restate-us-per-step`, `restate-added-us-per-step`: a 200-step run in process and
+//!   as one durable turn (each step one model call and one `echo` call), and the difference.
+//! - `journal-bytes-step-10`, `journal-bytes-step-1000`: the journal bytes of step 10 and of step 1000 of a
+//!   1000-step durable run (the model call's and the tool call's entries; goal: equal).
+//! - `sessions-per-s-1-worker`, `sessions-per-s-2-workers`: 200 concurrent sessions of one tool step and an answer.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::Request;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use reins_restate::TurnRequest;
+use reins_restate::client::Client;
+use serde_json::{Value, json};
+
+fn fail(msg: &str) -> ! {
+    eprintln!("bench: {msg}");
+    std::process::exit(1)
+}
+
+fn emit(id: &str, value: f64, unit: &str) {
+    println!("{}", json!({"id": id, "value": (value * 1000.0).round() / 1000.0, "unit": unit}));
+}
+
+fn server_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("REINS_RESTATE_SERVER") {
+        return PathBuf::from(p);
+    }
+    let cache = std::env::var_os("REINS_CI_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/reins-ci"));
+    let p = cache.join("restate/node_modules/@restatedev/restate-server-linux-x64/bin/restate-server");
+    if !p.is_file() {
+        fail("no restate-server: run `source .ci/setup-restate.sh` first");
+    }
+    p
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").map(|l| l.local_addr().map(|a| a.port()).unwrap_or(0)).unwrap_or(0)
+}
+
+struct Server {
+    child: Child,
+    ingress: String,
+    admin: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_server(dir: &Path) -> Server {
+    let (fabric, admin, ingress) = (free_port(), free_port(), free_port());
+    let config = format!(
+        "bind-ip = \"127.0.0.1\"\nbind-port = {fabric}\nlisten-mode = \"tcp\"\nbase-dir = \"{}\"\nnode-name = \"bench\"\n\
+         disable-telemetry = true\ndefault-num-partitions = 4\nrocksdb-total-memory-size = \"512 MiB\"\nlog-filter = \"warn\"\n\
+         [admin]\nbind-port = {admin}\n[ingress]\nbind-port = {ingress}\n",
+        dir.join("data").display()
+    );
+    let _ = std::fs::create_dir_all(dir.join("tmp"));
+    if let Err(e) = std::fs::write(dir.join("restate.toml"), config) {
+        fail(&format!("config: {e}"));
+    }
+    let child = Command::new(server_binary())
+        .arg("--config-file")
+        .arg(dir.join("restate.toml"))
+        .arg("--no-logo")
+        .env("TMPDIR", dir.join("tmp"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| fail(&format!("restate-server: {e}")));
+    Server { child, ingress: format!("http://127.0.0.1:{ingress}"), admin: format!("http://127.0.0.1:{admin}") }
+}
+
+async fn wait_healthy(s: &Server, http: &reqwest::Client) {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(60) {
+        let ok = http.get(format!("{}/health", s.admin)).send().await.is_ok_and(|r| r.status().is_success());
+        if ok {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    fail("restate-server did not become healthy");
+}
+
+async fn register(s: &Server, http: &reqwest::Client, uri: &str) {
+    let r = http.post(format!("{}/deployments", s.admin)).json(&json!({"uri": uri, "force": true})).send().await;
+    if !r.is_ok_and(|r| r.status().is_success()) {
+        fail(&format!("registering {uri} failed"));
+    }
+}
+
+async fn query(s: &Server, http: &reqwest::Client, sql: &str) -> Vec<Value> {
+    let r = http
+        .post(format!("{}/query", s.admin))
+        .header("accept", "application/json")
+        .json(&json!({ "query": sql }))
+        .send()
+        .await
+        .unwrap_or_else(|e| fail(&format!("query: {e}")));
+    let v: Value = r.json().await.unwrap_or(Value::Null);
+    v["rows"].as_array().cloned().unwrap_or_default()
+}
+
+/// A worker served in this process on a port of its own.
+async fn worker() -> u16 {
+    let listener = reins_restate::worker::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .await
+        .unwrap_or_else(|e| fail(&e.to_string()));
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+    tokio::spawn(async move {
+        let options = reins_restate::worker::WorkerOptions::default();
+        let _ = reins_restate::worker::serve(listener, &options, std::future::pending()).await;
+    });
+    port
+}
+
+/// Round-robin HTTP/2 balancer (per request) in front of `ports`.
+async fn balancer(ports: Vec<u16>) -> String {
+    let listener =
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| fail(&format!("balancer: {e}")));
+    let addr = listener.local_addr().unwrap_or_else(|e| fail(&e.to_string()));
+    let backends: Arc<Vec<SocketAddr>> =
+        Arc::new(ports.into_iter().map(|p| SocketAddr::from(([127, 0, 0, 1], p))).collect());
+    let next = Arc::new(AtomicUsize::new(0));
+    let client: hyper_util::client::legacy::Client<_, Incoming> =
+        hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+            .http2_only(true)
+            .build(hyper_util::client::legacy::connect::HttpConnector::new());
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let (b, next, client) = (backends.clone(), next.clone(), client.clone());
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+                    let (b, next, client) = (b.clone(), next.clone(), client.clone());
+                    async move {
+                        let target = b[next.fetch_add(1, Ordering::Relaxed) % b.len()];
+                        let path = req.uri().path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default();
+                        if let Ok(uri) = format!("http://{target}{path}").parse() {
+                            *req.uri_mut() = uri;
+                        }
+                        let body = match client.request(req).await {
+                            Ok(resp) => resp.map(|b| -> BoxBody { b.map_err(|e| e.into()).boxed() }),
+                            Err(_) => {
+                                let empty: BoxBody =
+                                    http_body_util::Empty::<Bytes>::new().map_err(|never| match never {}).boxed();
+                                let mut r = hyper::Response::new(empty);
+                                *r.status_mut() = hyper::StatusCode::BAD_GATEWAY;
+                                r
+                            }
+                        };
+                        Ok::<_, Infallible>(body)
+                    }
+                });
+                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+type BoxBody = http_body_util::combinators::BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+
+/// A script of `steps` `echo` steps, then an answer.
+fn script(dir: &Path, steps: usize) -> PathBuf {
+    let mut s: Vec<Value> = (1..=steps)
+        .map(|i| json!({"tool_calls": [{"id": format!("c{i}"), "name": "echo", "arguments": {"text": "hello"}}]}))
+        .collect();
+    s.push(json!({"content": "done"}));
+    let path = dir.join(format!("script-{steps}.json"));
+    if let Err(e) = std::fs::write(&path, Value::Array(s).to_string()) {
+        fail(&format!("script: {e}"));
+    }
+    path
+}
+
+fn agent(script: &Path) -> Value {
+    json!({"model": format!("script:{}", script.display()), "test_tools": true, "limits": {"max_steps": 5000}})
+}
+
+async fn durable_run(c: &Client, agent: Value) -> (String, reins::Outcome) {
+    let (session, run_id) = (reins_restate::new_id(), reins_restate::new_id());
+    let req = TurnRequest { run_id: run_id.clone(), prompt: "go".into(), agent: Some(agent) };
+    if let Err(e) = c.submit(&session, &req).await {
+        fail(&format!("submit: {e}"));
+    }
+    match c.wait(&session, &run_id).await {
+        Ok(o) => (run_id, o),
+        Err(e) => fail(&format!("wait: {e}")),
+    }
+}
+
+async fn sessions_per_s(c: &Client, agent: &Value, n: usize) -> f64 {
+    let t0 = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let (c, agent) = (c.clone(), agent.clone());
+        tasks.spawn(async move { durable_run(&c, agent).await.1.status });
+    }
+    while let Some(r) = tasks.join_next().await {
+        if !matches!(r, Ok(reins::Status::Completed)) {
+            fail(&format!("a session did not complete: {r:?}"));
+        }
+    }
+    n as f64 / t0.elapsed().as_secs_f64()
+}
+
+/// The journal bytes of each step of the invocation whose idempotency key is `run_id`: from the entry named
+/// `model step k` up to the next step's.
+async fn journal_bytes(s: &Server, http: &reqwest::Client, run_id: &str, steps: &[u64]) -> Vec<u64> {
+    let inv = query(s, http, &format!("SELECT id FROM sys_invocation WHERE idempotency_key = '{run_id}'")).await;
+    let Some(id) = inv.first().and_then(|r| r["id"].as_str()).map(str::to_owned) else {
+        fail("the run's invocation was not found")
+    };
+    let rows =
+        query(s, http, &format!("SELECT index, name, raw_length FROM sys_journal WHERE id = '{id}' ORDER BY index"))
+            .await;
+    let mut out = Vec::new();
+    for &k in steps {
+        let start = format!("model step {k}");
+        let next = format!("model step {}", k + 1);
+        let mut on = false;
+        let mut bytes = 0;
+        for r in &rows {
+            let name = r["name"].as_str().unwrap_or_default();
+            if name == start {
+                on = true;
+            } else if name == next {
+                break;
+            }
+            if on {
+                bytes += r["raw_length"].as_u64().unwrap_or(0);
+            }
+        }
+        out.push(bytes);
+    }
+    out
+}
+
+fn main() {
+    let dir = std::env::temp_dir().join(format!("reins-restate-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::create_dir_all(&dir);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap_or_else(|e| fail(&e.to_string()));
+    rt.block_on(async {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::new();
+        let server = start_server(&dir);
+        wait_healthy(&server, &http).await;
+        let (w1, w2) = (worker().await, worker().await);
+        let one = balancer(vec![w1]).await;
+        register(&server, &http, &one).await;
+        let c = Client::new(&server.ingress, &server.admin);
+
+        // Per step: in process, then durable.
+        let s200 = script(&dir, 200);
+        let def = reins_agent::AgentDef::from_json(&agent(&s200)).unwrap_or_else(|e| fail(&e.to_string()));
+        let built = def.build().await.unwrap_or_else(|e| fail(&e.to_string()));
+        let t0 = Instant::now();
+        let o = built.run("go", tokio_util::sync::CancellationToken::new()).await;
+        let inproc = t0.elapsed().as_secs_f64() * 1e6 / o.steps as f64;
+        let t0 = Instant::now();
+        let (_, o) = durable_run(&c, agent(&s200)).await;
+        let durable = t0.elapsed().as_secs_f64() * 1e6 / o.steps as f64;
+        emit("inprocess-us-per-step", inproc, "us_per_step");
+        emit("restate-us-per-step", durable, "us_per_step");
+        emit("restate-added-us-per-step", durable - inproc, "us_per_step");
+
+        // Journal bytes per step, early and late in a long run.
+        let s1000 = script(&dir, 1000);
+        let (run, o) = durable_run(&c, agent(&s1000)).await;
+        if o.steps < 1000 {
+            fail(&format!("the 1000-step run ended after {} steps: {:?}", o.steps, o.error));
+        }
+        let b = journal_bytes(&server, &http, &run, &[10, 1000]).await;
+        emit("journal-bytes-step-10", b[0] as f64, "bytes");
+        emit("journal-bytes-step-1000", b[1] as f64, "bytes");
+
+        // Sessions per second.
+        let s1 = agent(&script(&dir, 1));
+        emit("sessions-per-s-1-worker", sessions_per_s(&c, &s1, 200).await, "sessions_per_s");
+        let two = balancer(vec![w1, w2]).await;
+        register(&server, &http, &two).await;
+        emit("sessions-per-s-2-workers", sessions_per_s(&c, &s1, 200).await, "sessions_per_s");
+        drop(server);
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}

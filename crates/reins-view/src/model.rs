@@ -71,7 +71,7 @@ pub struct RunView {
     pub start_ms: Option<f64>,
     /// Milliseconds from its start to its end (or to its last event, for a run without an end).
     pub span_ms: f64,
-    /// Its status, or `running` when no end was recorded.
+    /// Its status; with no recorded end, `running` (the session's last run, still going) or `interrupted`.
     pub status: String,
     /// What went wrong, if anything.
     pub error: Option<String>,
@@ -558,10 +558,19 @@ pub fn build(session: &Session) -> View {
             _ => {}
         }
     }
+    let mut runs: Vec<RunView> = runs.into_iter().map(RunBuilder::finish).collect();
+    // A run with no recorded end is still going only if it is the last one and the store says the session
+    // runs; else its process is gone (a later run began, or the store found no live owner): interrupted.
+    let last = runs.len().saturating_sub(1);
+    for (i, run) in runs.iter_mut().enumerate() {
+        if run.status == "running" && (i < last || session.summary.status != "running") {
+            run.status = "interrupted".into();
+        }
+    }
     View {
         v: 1,
         session: session.summary.clone(),
-        runs: runs.into_iter().map(RunBuilder::finish).collect(),
+        runs,
         steps,
         items,
         max_text_chars: MAX_TEXT_CHARS,

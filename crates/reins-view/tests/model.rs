@@ -106,3 +106,17 @@ fn damaged_entries_are_skipped_or_shown_as_unreadable() {
     assert!(view.runs[0].bars.is_empty(), "events without a time make no bar");
     assert!(reins_view::session_html(&view).is_ok());
 }
+
+#[test]
+fn a_run_with_no_end_is_running_only_while_the_session_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("s.db")).unwrap();
+    let mut session = common::long_session(&store, 3);
+    // The process died before the run's end was recorded: no end entry, no run_end event.
+    session.entries.retain(|e| e.kind != "run_end" && e.data["type"] != "run_end");
+    session.summary.status = "running".into();
+    let view = reins_view::build(&session);
+    assert_eq!(view.runs[0].status, "running");
+    session.summary.status = "interrupted".into();
+    assert_eq!(reins_view::build(&session).runs[0].status, "interrupted");
+}

@@ -582,6 +582,16 @@ impl Parts {
         if let Some(m) = &self.compact_model {
             builder = builder.compact_model(Arc::clone(m));
         }
+        let mode = self.def.approve.unwrap_or_default();
+        if mode != crate::approve::ApproveMode::Never {
+            builder = builder.policy(crate::approve::ApprovePolicy::new(mode, self.mcp.clone()));
+        }
+        for (i, hook) in self.def.hooks.iter().enumerate() {
+            let built = hook
+                .build(self.def.workspace.path.as_deref())
+                .map_err(|m| BuildError::Definition(DefError::at(format!("hooks[{i}]"), m)))?;
+            builder = builder.hook(Arc::new(built));
+        }
         if let Some(schema) = &self.output_schema {
             builder = builder.output_schema(schema.clone());
         }

@@ -76,6 +76,12 @@ pub struct AgentDef {
     /// `[mcp.NAME]`: MCP servers whose tools the model gets as `NAME__TOOL`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub mcp: BTreeMap<String, McpServerDef>,
+    /// Which calls wait for a person's decision: `never` (default), `writes` or `all`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approve: Option<crate::approve::ApproveMode>,
+    /// `[[hooks]]`: command hooks before and after tool calls and at the final answer, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<crate::approve::HookDef>,
 }
 
 /// `[provider]`: what a real model's adapter is told. None of it applies to a `script:` model.
@@ -440,6 +446,9 @@ impl AgentDef {
         if let Some(schema) = &self.output_schema {
             schema.validate()?;
         }
+        for (i, hook) in self.hooks.iter().enumerate() {
+            hook.validate(i)?;
+        }
         Ok(())
     }
 
@@ -466,6 +475,9 @@ impl AgentDef {
         }
         if let Some(p) = &self.workspace.path {
             self.workspace.path = Some(join(p));
+        }
+        for hook in &mut self.hooks {
+            hook.resolve_paths(base_dir);
         }
         for server in self.mcp.values_mut() {
             if let Some(cwd) = &server.cwd {

@@ -42,6 +42,7 @@
 //! # Ok(()) }
 //! ```
 
+mod approve;
 mod assemble;
 mod definition;
 mod error;
@@ -51,6 +52,7 @@ mod output;
 mod test_tools;
 mod value;
 
+pub use approve::{ApproveMode, ApprovePolicy, HookDef, WRITE_TOOLS};
 pub use assemble::{BuildOptions, Built, Parts, Pricing, WorkspaceTools};
 pub use definition::{
     AgentDef, CommandsDef, ContextDef, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOOL_RESULT_CHARS, LimitsDef, McpServerDef,

@@ -56,6 +56,7 @@ pub fn flags_layer(args: &RunArgs) -> Result<AgentDef, CliError> {
     d.context.max_context_tokens = positive(args.max_context_tokens);
     d.context.max_tool_result_chars = positive(args.max_tool_result_chars);
     d.context.strategy = args.context_strategy;
+    d.approve = args.approve;
     d.context.compact_at = args.compact_at;
     if let Some(spec) = &args.compact_model {
         let model: reins_agent::ModelSpec =

@@ -36,6 +36,7 @@ macro_rules! errln {
 }
 
 mod agent_cli;
+mod approve_cli;
 mod demo;
 mod durable_cli;
 mod exit;
@@ -73,6 +74,9 @@ enum Command {
     /// Run an agent on a prompt.
     #[command(after_help = EXIT_CODES_HELP)]
     Run(Box<run::RunArgs>),
+    /// Decide about the calls a session waits on (exit 14 of `reins run`) and continue its run.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Approve(Box<approve_cli::ApproveArgs>),
     /// Recorded sessions: `reins sessions list|show|view|export|backup`.
     Sessions(sessions_cli::SessionsArgs),
     /// Re-runs a recorded session offline (recorded model responses, tools in a scratch copy of the
@@ -126,6 +130,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Demo => demo::demo().await,
             Command::Run(args) => run::run(*args).await,
+            Command::Approve(args) => approve_cli::approve(*args).await,
             Command::Sessions(args) => sessions_cli::sessions(args),
             Command::Replay(args) => sessions_cli::replay(args).await,
             Command::Ui(args) => view_cli::ui(args).await,

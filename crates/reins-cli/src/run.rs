@@ -68,6 +68,11 @@ pub struct RunArgs {
     /// The most input plus output tokens over the run.
     #[arg(long)]
     pub max_total_tokens: Option<u64>,
+    /// Which calls wait for a person's decision: never (default), writes (write_file, edit_file,
+    /// run_command, MCP tools not marked read-only) or all. On a terminal the CLI asks inline; otherwise
+    /// the run ends awaiting_approval (exit 14): continue it with `reins approve ID`.
+    #[arg(long, value_name = "MODE", value_parser = parse_approve)]
+    pub approve: Option<reins_agent::ApproveMode>,
     /// Writes events as JSON lines on stdout (`run_end` last) instead of readable progress.
     #[arg(long)]
     pub json: bool,
@@ -121,6 +126,7 @@ fn build_agent(
     mut parts: reins_agent::Parts,
     store: Option<&reins_store::Store>,
     session: Option<&reins_store::Session>,
+    approver: Option<std::sync::Arc<dyn reins::Approver>>,
 ) -> Result<Agent, CliError> {
     if let Some(pricing) = &parts.pricing {
         crate::providers_cli::set_pricing(pricing);
@@ -129,6 +135,9 @@ fn build_agent(
         }
     }
     let mut builder = parts.builder().map_err(build_err)?;
+    if let Some(approver) = approver {
+        builder = builder.approver(approver);
+    }
     if args.json {
         builder = builder.observer(json_observer).include_content(args.events_content);
     } else {
@@ -149,6 +158,11 @@ pub fn write_outcome(path: &PathBuf, outcome: &Outcome) -> anyhow::Result<()> {
 
 /// `reins run`.
 pub async fn run(args: RunArgs) -> Result<u8, CliError> {
+    run_with(args, None).await
+}
+
+/// `reins run`, or with `given` decisions `reins approve` (the session to continue is `--resume`).
+pub async fn run_with(args: RunArgs, given: Option<crate::approve_cli::Given>) -> Result<u8, CliError> {
     if args.prompt.is_none() && args.store.resume.is_none() && args.instructions.prompt_file.is_none() {
         return Err(usage("a prompt is required (or --prompt-file FILE, or --resume ID to continue a session)"));
     }
@@ -177,14 +191,30 @@ pub async fn run(args: RunArgs) -> Result<u8, CliError> {
     for note in &parts.notes {
         errln!("reins: warning: {note}");
     }
-    let agent = build_agent(&args, parts, store.as_ref(), session.as_ref())?;
-    let outcome = match &session {
-        Some(s) => {
+    let state = match &session {
+        Some(s) => Some(
+            s.resume_state(parts.limits.clone(), &parts.context, prompt.as_deref())
+                .map_err(crate::sessions_cli::store_err)?,
+        ),
+        None => None,
+    };
+    // Decisions given on the command line are checked against the waiting batch before anything is recorded.
+    let decided = match (&given, &state, &session) {
+        (Some(g), Some(st), Some(s)) => Some(g.decide(s.id(), st, &edit_registry(&parts)?)?),
+        (Some(_), _, _) => return Err(usage("reins approve continues a recorded session")),
+        _ => None,
+    };
+    let terminal: Option<std::sync::Arc<dyn reins::Approver>> = crate::approve_cli::on_terminal()
+        .then(|| std::sync::Arc::new(crate::approve_cli::TerminalApprover::default()) as _);
+    let approver = match decided {
+        Some(d) => Some(std::sync::Arc::new(crate::approve_cli::FirstThen::new(d, terminal)) as _),
+        None => terminal,
+    };
+    let agent = build_agent(&args, parts, store.as_ref(), session.as_ref(), approver)?;
+    let outcome = match state {
+        Some(mut state) => {
             // The rebuilt agent's instructions (the recorded ones, unless a flag or the agent file changed
             // them; the preamble and AGENTS.md made again from the workspace) replace those of the last run.
-            let mut state = s
-                .resume_state(agent.limits().clone(), agent.context(), prompt.as_deref())
-                .map_err(crate::sessions_cli::store_err)?;
             if let Some(text) = agent.instructions() {
                 state.set_instructions(Some(text.into()), agent.context());
             }
@@ -202,8 +232,31 @@ pub async fn run(args: RunArgs) -> Result<u8, CliError> {
             errln!("  output: none (the final answer did not match the output schema)");
         }
         crate::providers_cli::print_cost(&outcome);
+        if outcome.status == reins::Status::AwaitingApproval {
+            for p in outcome.pending.iter().filter(|p| p.needs_decision()) {
+                errln!("  waiting: {} {} {}", p.call_id, p.name, render::preview(&p.arguments.to_string()));
+            }
+            match &outcome.session_id {
+                Some(id) => errln!(
+                    "  decide with: reins approve {id} --all | --call CALL_ID [--deny REASON] | --edit CALL_ID=JSON"
+                ),
+                None => errln!("  the run was not recorded (--no-store): it cannot be continued"),
+            }
+        }
     }
     Ok(code_for(outcome.status))
+}
+
+/// The tools an edited call is validated against: the agent's, MCP servers' included.
+fn edit_registry(parts: &reins_agent::Parts) -> Result<reins::Registry, CliError> {
+    match &parts.mcp {
+        Some(mcp) => mcp.registry(parts.tools.clone()).map_err(|e| usage(e.to_string())),
+        None => parts.registry().map_err(build_err),
+    }
+}
+
+fn parse_approve(s: &str) -> Result<reins_agent::ApproveMode, String> {
+    s.parse()
 }
 
 fn parse_strategy(s: &str) -> Result<reins::ContextStrategy, String> {

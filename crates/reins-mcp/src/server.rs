@@ -33,6 +33,8 @@ pub struct RemoteTool {
     pub description: String,
     /// Its input schema, as sent.
     pub input_schema: Value,
+    /// The server marks it read-only (the `readOnlyHint` annotation).
+    pub read_only: bool,
 }
 
 /// The client side of the connection: hears `tools/list_changed`.
@@ -183,6 +185,7 @@ impl McpServer {
                 name: t.name.into_owned(),
                 description: t.description.map(|d| d.into_owned()).unwrap_or_default(),
                 input_schema: Value::Object((*t.input_schema).clone()),
+                read_only: t.annotations.as_ref().and_then(|a| a.read_only_hint).unwrap_or(false),
             })
             .collect())
     }

@@ -17,6 +17,7 @@ pub struct McpTool {
     spec: ToolSpec,
     remote: String,
     server: Arc<McpServer>,
+    read_only: bool,
 }
 
 impl McpTool {
@@ -35,6 +36,10 @@ impl McpTool {
 impl Tool for McpTool {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    fn read_only(&self) -> bool {
+        self.read_only
     }
 
     async fn call(&self, arguments: serde_json::Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
@@ -65,6 +70,7 @@ pub fn make_tools(server: &Arc<McpServer>, listed: Vec<RemoteTool>) -> Result<Ve
             spec: ToolSpec { name, description: remote.description.clone(), input_schema: remote.input_schema.clone() },
             remote: remote.name.clone(),
             server: Arc::clone(server),
+            read_only: remote.read_only,
         });
         match Registry::new(vec![Arc::clone(&tool)]) {
             Ok(_) => tools.push(tool),

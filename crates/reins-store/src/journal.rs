@@ -355,6 +355,8 @@ impl RunJournal for RunLog {
             usage: &'a reins::UsageTotals,
             compactions: u64,
             output: &'a Option<serde_json::Value>,
+            #[serde(skip_serializing_if = "Vec::is_empty")]
+            pending: &'a Vec<reins::PendingCall>,
             run_id: &'a str,
             #[serde(skip_serializing_if = "Option::is_none")]
             session_id: &'a Option<String>,
@@ -369,6 +371,7 @@ impl RunJournal for RunLog {
             usage: &o.usage,
             compactions: o.compactions,
             output: &o.output,
+            pending: &o.pending,
             run_id: &o.run_id,
             session_id: &o.session_id,
         };

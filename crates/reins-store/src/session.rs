@@ -165,9 +165,47 @@ impl Session {
         self.entries.iter().filter(|e| e.kind == kind::EVENT).map(|e| &e.data)
     }
 
+    /// The batch the session waits on, when its last run ended `awaiting_approval` (that run's outcome
+    /// `pending`, decisions made so far included) and no later run went past it: a run that died after it
+    /// without recording a decision or a transcript item leaves it waiting; one that recorded a decision
+    /// released the batch to run (its calls may have run), so it no longer waits — a resume then gives its
+    /// calls without results the [`INTERRUPTED`] result and never runs them again.
+    pub fn pending_approval(&self) -> Result<Option<Vec<reins::PendingCall>>, StoreError> {
+        let runs = self.runs()?;
+        for run in runs.iter().rev() {
+            match &run.end {
+                Some(end) => {
+                    if end.get("status").and_then(|s| s.as_str()) != Some("awaiting_approval") {
+                        return Ok(None);
+                    }
+                    let pending = end.get("pending").cloned().unwrap_or(serde_json::Value::Array(Vec::new()));
+                    let pending: Vec<reins::PendingCall> =
+                        serde_json::from_value(pending).map_err(|e| StoreError::Resume {
+                            session: self.summary.id.clone(),
+                            detail: format!("the waiting batch of run {} is damaged: {e}", run.number),
+                        })?;
+                    return Ok((!pending.is_empty()).then_some(pending));
+                }
+                None => {
+                    let went_on = self.entries.iter().any(|e| {
+                        e.run == run.number
+                            && (e.kind == kind::MESSAGE
+                                || (e.kind == kind::EVENT
+                                    && e.data.get("type").and_then(|t| t.as_str()) == Some("approval_decided")))
+                    });
+                    if went_on {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
     /// Rebuilds a run state to continue the session: the recorded transcript, reconciled — a batch
     /// cut short by a crash gets an [`INTERRUPTED`] error result for each call without a recorded
-    /// result — then `follow_up` as a new user message, if given. The new run gets a fresh run id and the
+    /// result — then `follow_up` as a new user message, if given. A session waiting for an approval
+    /// ([`Session::pending_approval`]) continues waiting: the state holds the batch, to be decided. The new run gets a fresh run id and the
     /// instructions of the session's last run (replace them with [`RunState::set_instructions`]).
     pub fn resume_state(
         &self,
@@ -181,9 +219,21 @@ impl Session {
             return Err(resume_err("it has no recorded transcript".into()));
         }
         let instructions = self.runs()?.pop().and_then(|r| r.start.instructions);
-        let mut state = RunState::resume(uuid::Uuid::new_v4().to_string(), messages, limits, ctx, INTERRUPTED)
-            .map_err(|e| resume_err(e.to_string()))?
-            .with_instructions(instructions.map(Into::into), ctx);
+        let run_id = uuid::Uuid::new_v4().to_string();
+        let state = match self.pending_approval()? {
+            Some(pending) => {
+                if follow_up.is_some() {
+                    return Err(resume_err(
+                        "it waits for an approval: decide with `reins approve ID` (no follow-up prompt until then)"
+                            .into(),
+                    ));
+                }
+                RunState::resume_pending(run_id, messages, pending, limits, ctx)
+            }
+            None => RunState::resume(run_id, messages, limits, ctx, INTERRUPTED),
+        };
+        let mut state =
+            state.map_err(|e| resume_err(e.to_string()))?.with_instructions(instructions.map(Into::into), ctx);
         if let Some(text) = follow_up {
             state.push_user(text, ctx).map_err(|e| resume_err(e.to_string()))?;
         }

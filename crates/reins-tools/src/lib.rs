@@ -8,6 +8,7 @@
 
 pub mod command;
 pub mod files;
+pub mod hook;
 pub mod instructions;
 pub mod output;
 pub mod sandbox;
@@ -22,6 +23,7 @@ pub use files::{
     EditFile, EditFileArgs, ListDir, ListDirArgs, ReadFile, ReadFileArgs, Search, SearchArgs, WriteFile, WriteFileArgs,
     file_tools,
 };
+pub use hook::{CommandHook, DEFAULT_HOOK_TIMEOUT};
 pub use instructions::{AGENTS_MD, AgentsMd, DEFAULT_AGENTS_MD_MAX_BYTES, load_agents_md, preamble};
 pub use output::{CappedBuffer, DEFAULT_OUTPUT_CAP};
 pub use sandbox::{

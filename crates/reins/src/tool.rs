@@ -138,6 +138,12 @@ pub trait Tool: Send + Sync {
         false
     }
 
+    /// True when the tool only reads (an MCP tool its server marks `readOnlyHint`): `--approve writes`
+    /// asks for no call of it. False unless a tool says so.
+    fn read_only(&self) -> bool {
+        false
+    }
+
     /// Runs the call.
     async fn call(&self, arguments: serde_json::Value, ctx: ToolContext) -> Result<ToolOutput, ToolError>;
 }

@@ -41,7 +41,11 @@ fn every_key_parses_and_round_trips_through_toml_and_json() {
 
     assert_eq!(def.approve, Some(reins_agent::ApproveMode::Writes));
     assert_eq!(def.hooks.len(), 2);
-    assert_eq!(def.hooks[0].command, vec!["/agents/hooks/check.sh".to_owned(), "--strict".to_owned()], "relative to the file");
+    assert_eq!(
+        def.hooks[0].command,
+        vec!["/agents/hooks/check.sh".to_owned(), "--strict".to_owned()],
+        "relative to the file"
+    );
     assert_eq!(def.hooks[0].pattern.as_deref(), Some("*_file"));
     assert_eq!(def.hooks[1].command, vec!["true".to_owned()], "a bare program name is looked up in PATH");
     let toml_text = def.to_toml().unwrap();

@@ -927,22 +927,16 @@ impl Agent {
                 let (p, slot) = (&batch[i], &mut slots[i]);
                 let t0 = Instant::now();
                 slot.began = Some(t0);
-                let result = self.run_call(registry, p, run_cancel, performer, at).await;
-                let result = match hook_ctx {
-                    Some(ctx) => self.post_tool(ctx, p, result, run_cancel, &mut slot.hook_events).await,
-                    None => result,
-                };
+                let result =
+                    self.run_call(registry, p, run_cancel, performer, at, hook_ctx, &mut slot.hook_events).await;
                 slot.elapsed = t0.elapsed();
                 slot.result = Some(result);
             } else {
                 join_all(batch[i..j].iter().zip(slots[i..j].iter_mut()).map(|(p, slot)| async move {
                     let t0 = Instant::now();
                     slot.began = Some(t0);
-                    let result = self.run_call(registry, p, run_cancel, performer, at).await;
-                    let result = match hook_ctx {
-                        Some(ctx) => self.post_tool(ctx, p, result, run_cancel, &mut slot.hook_events).await,
-                        None => result,
-                    };
+                    let result =
+                        self.run_call(registry, p, run_cancel, performer, at, hook_ctx, &mut slot.hook_events).await;
                     slot.elapsed = t0.elapsed();
                     slot.result = Some(result);
                 }))
@@ -1122,6 +1116,10 @@ impl Agent {
         CallResult { content: result.content, is_error: result.is_error }
     }
 
+    /// One call of a batch: refused ones answer at once; a call that runs is performed (by the performer,
+    /// if any) together with its `post_tool` hooks, so what a durable performer records is the result after
+    /// them (a redacted secret is never journaled).
+    #[allow(clippy::too_many_arguments)]
     async fn run_call(
         &self,
         registry: &Registry,
@@ -1129,6 +1127,8 @@ impl Agent {
         run_cancel: &CancellationToken,
         performer: Option<&dyn Performer>,
         at: BatchAt<'_>,
+        hook_ctx: Option<&HookContext>,
+        hook_events: &mut Vec<EventKind>,
     ) -> CallResult {
         let tool = match (&p.plan, registry.get(&p.call.name)) {
             (Plan::Reject { message }, _) => return CallResult { content: message.clone(), is_error: true },
@@ -1140,12 +1140,21 @@ impl Agent {
             }
             (Plan::Run, Some(tool)) => tool,
         };
-        let work = self.perform_call(tool, p, run_cancel, at);
-        match performer {
-            None => work.await,
-            Some(performer) => {
-                let step = ToolStep { step: at.step, call: p.call, key_prefix: at.key_prefix };
-                performer.tool_call(step, Box::pin(work)).await
+        let step = || ToolStep { step: at.step, call: p.call, key_prefix: at.key_prefix };
+        match (performer, hook_ctx) {
+            (None, None) => self.perform_call(tool, p, run_cancel, at).await,
+            (Some(performer), None) => {
+                performer.tool_call(step(), Box::pin(self.perform_call(tool, p, run_cancel, at))).await
+            }
+            (performer, Some(ctx)) => {
+                let work = async move {
+                    let result = self.perform_call(tool, p, run_cancel, at).await;
+                    self.post_tool(ctx, p, result, run_cancel, hook_events).await
+                };
+                match performer {
+                    None => work.await,
+                    Some(performer) => performer.tool_call(step(), Box::pin(work)).await,
+                }
             }
         }
     }

@@ -56,6 +56,9 @@ impl Model for Streamed {
         });
         sink.scope(self.inner.generate(request, cancel)).await
     }
+    fn identity(&self) -> reins::ModelIdentity {
+        self.inner.identity()
+    }
 }
 
 /// Writes deltas to stderr: reasoning marked (dimmed on a terminal), text as is.

@@ -200,6 +200,7 @@ pub(crate) fn parse(v: &Value) -> Result<ModelResponse, Failure> {
     let Some(content) = v["content"].as_array() else {
         return Err(Failure::malformed("the response has no content"));
     };
+    crate::response_model(v["model"].as_str());
     Ok(assemble(content.iter().map(block_of), v["stop_reason"].as_str(), parse_usage(&v["usage"])))
 }
 
@@ -211,6 +212,8 @@ pub(crate) struct Stream {
     call_positions: BTreeMap<u64, usize>,
     usage: Option<Value>,
     stop: Option<String>,
+    /// The model that answered (`message_start`).
+    model: Option<String>,
     done: bool,
 }
 
@@ -223,6 +226,9 @@ impl Stream {
             t => t,
         };
         let index = v["index"].as_u64().unwrap_or(0);
+        if let ("message_start", Some(m)) = (kind, v["message"]["model"].as_str()) {
+            self.model = Some(m.to_owned());
+        }
         match kind {
             "message_start" if v["message"]["usage"].is_object() => {
                 self.usage = Some(v["message"]["usage"].clone());
@@ -298,6 +304,7 @@ impl Stream {
             return Err(Failure::transient("the stream ended before the response was complete"));
         }
         let usage = self.usage.as_ref().and_then(parse_usage);
+        crate::response_model(self.model.as_deref());
         Ok(assemble(self.blocks.into_values(), self.stop.as_deref(), usage))
     }
 }

@@ -30,6 +30,17 @@ pub mod retry;
 pub mod sse;
 mod wire;
 
+/// Records the model that answered as `gen_ai.response.model` on the current span: the engine's `chat` span
+/// of the call, which is entered while the provider answers (see `reins::spans`). Nothing without one.
+fn response_model(model: Option<&str>) {
+    if let Some(m) = model.filter(|m| !m.is_empty()) {
+        let span = tracing::Span::current();
+        if !span.is_disabled() {
+            span.record("gen_ai.response.model", m);
+        }
+    }
+}
+
 pub use pricing::{MODELS, ModelInfo, Price, cost, cost_for, model_info, token_counter};
 pub use provider::{Api, Provider, ProviderBuilder, ProviderError, ToolChoice};
 pub use ratelimit::{Permit, RateLimiter};

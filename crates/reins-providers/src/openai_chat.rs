@@ -149,6 +149,7 @@ pub(crate) fn parse(v: &Value) -> Result<ModelResponse, Failure> {
         }
     }
     let reasoning = reasoning_of(m);
+    crate::response_model(v["model"].as_str());
     Ok(ModelResponse {
         text,
         tool_calls,
@@ -176,6 +177,8 @@ pub(crate) struct Stream {
     calls: Vec<PartialCall>,
     finish: Option<FinishReason>,
     usage: Option<Usage>,
+    /// The model that answered, from the first chunk that names it.
+    model: Option<String>,
     done: bool,
 }
 
@@ -192,6 +195,9 @@ impl Stream {
         }
         if let Some(u) = parse_usage(&v["usage"]) {
             self.usage = Some(u);
+        }
+        if let (None, Some(m)) = (&self.model, v["model"].as_str()) {
+            self.model = Some(m.to_owned());
         }
         let Some(choices) = v["choices"].as_array() else { return Ok(false) };
         for choice in choices.iter().filter(|c| c["index"].as_u64().unwrap_or(0) == 0) {
@@ -275,6 +281,7 @@ impl Stream {
                 text = self.refusal;
             }
         }
+        crate::response_model(self.model.as_deref());
         Ok(ModelResponse {
             text,
             tool_calls,

@@ -162,6 +162,7 @@ fn assemble(items: impl IntoIterator<Item = Item>, response: &Value) -> ModelRes
     if text.is_empty() && !refusal.is_empty() {
         text = refusal;
     }
+    crate::response_model(response["model"].as_str());
     ModelResponse {
         text,
         tool_calls,

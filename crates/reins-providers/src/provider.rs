@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use reins::{Delta, DeltaSink, Model, ModelError, ModelRequest, ModelResponse};
+use reins::{Delta, DeltaSink, Model, ModelError, ModelIdentity, ModelRequest, ModelResponse};
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
@@ -675,6 +675,22 @@ async fn read_body(resp: &mut reqwest::Response, cap: usize, idle: Duration) -> 
 
 #[async_trait]
 impl Model for Provider {
+    /// Provider `openai` (Responses and Chat Completions, whatever server answers them) or `anthropic`,
+    /// the model asked for, and the endpoint's host and port.
+    fn identity(&self) -> ModelIdentity {
+        let inner = &*self.inner;
+        let provider = match inner.api {
+            Api::OpenAiResponses | Api::OpenAiChat => "openai",
+            Api::Anthropic => "anthropic",
+        };
+        ModelIdentity {
+            provider: Some(Arc::from(provider)),
+            model: Some(Arc::from(inner.settings.model.as_str())),
+            server_address: inner.url.host_str().map(Arc::from),
+            server_port: inner.url.port_or_known_default(),
+        }
+    }
+
     async fn generate(&self, request: &ModelRequest, cancel: &CancellationToken) -> Result<ModelResponse, ModelError> {
         let inner = &*self.inner;
         let body = serde_json::to_vec(&self.request_body(request))

@@ -2,10 +2,11 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use crate::message::ToolCall;
 use crate::outcome::Status;
 use crate::usage::{Usage, UsageTotals};
 
@@ -66,9 +67,9 @@ pub enum EventKind {
     /// A tool call begins (also for calls refused before running).
     ToolStart {
         /// The call's id.
-        call_id: String,
+        call_id: Arc<str>,
         /// The tool's name.
-        name: String,
+        name: Arc<str>,
         /// The arguments (only with content opted in).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         arguments: Option<serde_json::Value>,
@@ -76,9 +77,9 @@ pub enum EventKind {
     /// A tool call ended.
     ToolEnd {
         /// The call's id.
-        call_id: String,
+        call_id: Arc<str>,
         /// The tool's name.
-        name: String,
+        name: Arc<str>,
         /// True when the result is an error.
         is_error: bool,
         /// How long the call took.
@@ -298,13 +299,27 @@ impl<F: Fn(&Event) -> Result<(), ObserverError> + Send + Sync> Observer for F {
 pub type ObserverErrorHook = Arc<dyn Fn(usize, &ObserverError) + Send + Sync>;
 
 /// Sends events to observers, numbering them and containing failures.
+///
+/// Strings an event repeats are shared, not copied: the run id (held by the one event the emitter
+/// reuses), each call's id (shared by every observer's clone of the event) and the tool names (interned
+/// once per run).
 pub(crate) struct Emitter {
-    run_id: Arc<str>,
-    seq: u64,
+    /// The event being sent: built once with the run's id, then each emit replaces its number, time and
+    /// kind in place and lends it to the observers (the run id is not shared again per event).
+    event: Event,
     observers: Vec<Arc<dyn Observer>>,
     on_error: Option<ObserverErrorHook>,
     pub(crate) include_content: bool,
+    /// The tool names seen so far (at most [`MAX_INTERNED`]).
+    names: Vec<Arc<str>>,
+    /// The wall clock and the monotonic clock read together when the emitter was made: an event's time is
+    /// the first plus the monotonic time since, so an instant the driver read anyway dates an event
+    /// without reading the clock again.
+    origin: (SystemTime, Instant),
 }
+
+/// How many tool names an emitter keeps for reuse; names past it are allocated per event.
+const MAX_INTERNED: usize = 256;
 
 impl Emitter {
     pub(crate) fn new(
@@ -313,7 +328,65 @@ impl Emitter {
         on_error: Option<ObserverErrorHook>,
         include_content: bool,
     ) -> Self {
-        Emitter { run_id, seq: 0, observers, on_error, include_content }
+        let origin = (SystemTime::now(), Instant::now());
+        let event = Event { run_id, seq: 0, ts: origin.0, kind: EventKind::ModelStart { step: 0, messages: 0 } };
+        Emitter { event, observers, on_error, include_content, names: Vec::new(), origin }
+    }
+
+    /// `name` as a shared string, the same one each time it is asked for.
+    pub(crate) fn intern(&mut self, name: &str) -> Arc<str> {
+        if let Some(n) = self.names.iter().find(|n| ***n == *name) {
+            return Arc::clone(n);
+        }
+        let n: Arc<str> = Arc::from(name);
+        if self.names.len() < MAX_INTERNED {
+            self.names.push(Arc::clone(&n));
+        }
+        n
+    }
+
+    /// Emits `tool_start` for `call` (nothing is built when nobody listens).
+    #[inline]
+    pub(crate) fn tool_start(&mut self, call: &ToolCall, at: Instant) {
+        if self.active() {
+            self.tool_started(call, at);
+        }
+    }
+
+    fn tool_started(&mut self, call: &ToolCall, at: Instant) {
+        let call_id: Arc<str> = Arc::from(call.id.as_str());
+        let name = self.intern(&call.name);
+        let arguments = self.include_content.then(|| call.arguments.clone());
+        self.emit_at(EventKind::ToolStart { call_id, name, arguments }, at);
+    }
+
+    /// Emits `tool_end` for `call`, dated by `at` (asked only when someone listens).
+    #[inline]
+    pub(crate) fn tool_end(
+        &mut self,
+        call: &ToolCall,
+        is_error: bool,
+        elapsed: Duration,
+        at: impl FnOnce() -> Instant,
+        content: impl FnOnce() -> String,
+    ) {
+        if self.active() {
+            self.tool_ended(call, is_error, elapsed, at(), content);
+        }
+    }
+
+    fn tool_ended(
+        &mut self,
+        call: &ToolCall,
+        is_error: bool,
+        elapsed: Duration,
+        at: Instant,
+        content: impl FnOnce() -> String,
+    ) {
+        let call_id: Arc<str> = Arc::from(call.id.as_str());
+        let name = self.intern(&call.name);
+        let content = self.include_content.then(content);
+        self.emit_at(EventKind::ToolEnd { call_id, name, is_error, duration_ms: ms(elapsed), content }, at);
     }
 
     /// True when someone listens (events are not even built otherwise).
@@ -321,14 +394,35 @@ impl Emitter {
         !self.observers.is_empty()
     }
 
+    /// Sends `kind`, dated now, to every observer.
+    #[inline]
     pub(crate) fn emit(&mut self, kind: EventKind) {
         if self.observers.is_empty() {
             return;
         }
-        let event = Event { run_id: self.run_id.clone(), seq: self.seq, ts: SystemTime::now(), kind };
-        self.seq += 1;
+        self.emit_at(kind, Instant::now());
+    }
+
+    /// Sends `kind`, dated `at` (an instant the caller read anyway), to every observer.
+    #[inline(always)]
+    pub(crate) fn emit_at(&mut self, kind: EventKind, at: Instant) {
+        if !self.observers.is_empty() {
+            self.send(kind, at);
+        }
+    }
+
+    fn send(&mut self, kind: EventKind, at: Instant) {
+        self.event.ts = self.origin.0.checked_add(at.saturating_duration_since(self.origin.1)).unwrap_or(self.origin.0);
+        self.event.kind = kind;
+        self.dispatch();
+        self.event.seq += 1;
+    }
+
+    #[inline(never)]
+    fn dispatch(&self) {
+        let event = &self.event;
         for (i, obs) in self.observers.iter().enumerate() {
-            let result = catch_unwind(AssertUnwindSafe(|| obs.on_event(&event)));
+            let result = catch_unwind(AssertUnwindSafe(|| obs.on_event(event)));
             let err = match result {
                 Ok(Ok(())) => continue,
                 Ok(Err(e)) => e,

@@ -36,6 +36,7 @@ pub mod outcome;
 pub mod output;
 pub mod policy;
 pub mod registry;
+pub mod spans;
 pub mod testing;
 pub mod tool;
 pub mod transcript;
@@ -60,7 +61,9 @@ pub use hook::{Hook, HookAnswer, HookContext, HookError, HookEvent, HookResult, 
 pub use journal::{Journal, JournalError, RunJournal};
 pub use limits::{ConfigError, DurationError, Limits, MIN_DURATION, parse_duration};
 pub use message::{Message, ToolCall, ToolResult};
-pub use model::{Conversation, Delta, DeltaSink, FinishReason, Model, ModelError, ModelRequest, ModelResponse};
+pub use model::{
+    Conversation, Delta, DeltaSink, FinishReason, Model, ModelError, ModelIdentity, ModelRequest, ModelResponse,
+};
 pub use outcome::{Outcome, Status};
 pub use output::{FINAL_ANSWER_TOOL, OutputSchema, OutputSchemaError};
 pub use policy::{Decision, Policy, PolicyDecision};

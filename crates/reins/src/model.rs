@@ -390,6 +390,20 @@ impl DeltaSink {
     }
 }
 
+/// Who serves a model, as telemetry names it: the `gen_ai.provider.name`, `gen_ai.request.model`,
+/// `server.address` and `server.port` of the OpenTelemetry GenAI conventions (see [`crate::spans`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ModelIdentity {
+    /// The provider: a well-known name of the conventions (`openai`, `anthropic`, ...) or one of its own.
+    pub provider: Option<Arc<str>>,
+    /// The model asked for.
+    pub model: Option<Arc<str>>,
+    /// The host the requests go to.
+    pub server_address: Option<Arc<str>>,
+    /// The port the requests go to.
+    pub server_port: Option<u16>,
+}
+
 /// A language model, seen from the harness: it proposes, it never acts.
 ///
 /// Wrappers (retry, rate limits, fault injection, recording) are `Model`s around a `Model`.
@@ -397,11 +411,20 @@ impl DeltaSink {
 pub trait Model: Send + Sync {
     /// Answers one request. Implementations should return promptly once `cancel` fires.
     async fn generate(&self, request: &ModelRequest, cancel: &CancellationToken) -> Result<ModelResponse, ModelError>;
+
+    /// Who serves this model, for the spans of its calls (asked once per run; none by default). A wrapper
+    /// should pass its inner model's on.
+    fn identity(&self) -> ModelIdentity {
+        ModelIdentity::default()
+    }
 }
 
 #[async_trait]
 impl<M: Model + ?Sized> Model for Arc<M> {
     async fn generate(&self, request: &ModelRequest, cancel: &CancellationToken) -> Result<ModelResponse, ModelError> {
         (**self).generate(request, cancel).await
+    }
+    fn identity(&self) -> ModelIdentity {
+        (**self).identity()
     }
 }

@@ -1,7 +1,7 @@
 //! The testing kit: a scripted model, a model backed by a closure, and the script-file format.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -125,6 +125,15 @@ impl Model for ScriptedModel {
                     step = *inner;
                 }
             }
+        }
+    }
+
+    /// Provider `reins.script`, model `script`.
+    fn identity(&self) -> crate::model::ModelIdentity {
+        crate::model::ModelIdentity {
+            provider: Some(Arc::from("reins.script")),
+            model: Some(Arc::from("script")),
+            ..Default::default()
         }
     }
 }

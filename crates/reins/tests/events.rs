@@ -60,7 +60,7 @@ async fn events_tell_the_whole_run_in_order() {
     let ends: Vec<_> = events
         .iter()
         .filter_map(|e| match &e.kind {
-            EventKind::ToolEnd { call_id, is_error, .. } => Some((call_id.clone(), *is_error)),
+            EventKind::ToolEnd { call_id, is_error, .. } => Some((call_id.to_string(), *is_error)),
             _ => None,
         })
         .collect();

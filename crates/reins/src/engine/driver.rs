@@ -10,6 +10,7 @@ use futures_util::FutureExt;
 use futures_util::future::Either;
 use futures_util::future::join_all;
 use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, Span};
 
 use super::perform::{ModelStep, Performer, ToolStep, idempotency_prefix};
 use super::state::{Action, Admission, CallResult, Plan, PlannedCall, RunState};
@@ -21,11 +22,12 @@ use crate::hook::{Hook, HookContext, HookEvent, HookResult, PostTool, PreTool, S
 use crate::journal::{Journal, JournalObserver, RunJournal};
 use crate::limits::{ConfigError, Limits};
 use crate::message::Message;
-use crate::model::{Model, ModelError, ModelResponse};
+use crate::model::{Model, ModelError, ModelIdentity, ModelResponse};
 use crate::outcome::{Outcome, Status};
 use crate::output::OutputSchema;
 use crate::policy::Policy;
 use crate::registry::{Registry, ToolSource};
+use crate::spans;
 use crate::tool::{ToolContext, ToolError};
 
 /// Why [`Agent::run_typed`] has no value to give.
@@ -61,6 +63,7 @@ pub enum TypedRunError {
 /// # });
 /// ```
 pub struct Agent {
+    name: Option<Arc<str>>,
     model: Arc<dyn Model>,
     compact_model: Option<Arc<dyn Model>>,
     instructions: Option<Arc<str>>,
@@ -84,6 +87,13 @@ pub struct AgentBuilder {
 }
 
 impl AgentBuilder {
+    /// The agent's name: its runs' spans are `invoke_agent {name}` with `gen_ai.agent.name` (see
+    /// [`crate::spans`]). Empty text is none.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        let name: String = name.into();
+        self.agent.name = (!name.is_empty()).then(|| Arc::from(name));
+        self
+    }
     /// The instructions (a system prompt) of every run: each model call carries them, and each adapter
     /// sends them in its API's own slot (OpenAI Responses `instructions`, Chat Completions a leading
     /// `system` message, Anthropic `system`). They are part of the run's state (so a resumed or replayed
@@ -300,6 +310,7 @@ impl Agent {
     pub fn builder_shared(model: Arc<dyn Model>) -> AgentBuilder {
         AgentBuilder {
             agent: Agent {
+                name: None,
                 model,
                 compact_model: None,
                 instructions: None,
@@ -317,6 +328,11 @@ impl Agent {
                 hooks: Vec::new(),
             },
         }
+    }
+
+    /// The agent's name, if it has one.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
     }
 
     /// The instructions a new run gets, if any.
@@ -381,7 +397,7 @@ impl Agent {
             Ok(state) => {
                 let state =
                     state.with_instructions(self.instructions.clone(), &self.context).with_output_schema(Some(&schema));
-                self.drive_inner(state, cancel, Some(&schema), None).await
+                self.drive_traced(state, cancel, Some(&schema), None).await
             }
             Err(e) => self.refused(prompt, e),
         };
@@ -416,6 +432,9 @@ impl Agent {
     /// is given (see [`RunState::set_instructions`]); [`Agent::run`] puts the agent's into a new state.
     /// With an output schema on the agent, a state that has none is given it (a new run's is set by
     /// [`Agent::run`]).
+    ///
+    /// The run is traced as an `invoke_agent` span (see [`crate::spans`]), a child of the caller's current
+    /// span; nothing is built when no `tracing` subscriber listens.
     pub async fn drive(&self, state: RunState, cancel: CancellationToken) -> Outcome {
         self.drive_performed(state, cancel, None).await
     }
@@ -436,7 +455,21 @@ impl Agent {
         let schema = self.output_schema.as_ref();
         let state =
             if schema.is_some() && state.output_valid().is_none() { state.with_output_schema(schema) } else { state };
-        self.drive_inner(state, cancel, schema, performer).await
+        self.drive_traced(state, cancel, schema, performer).await
+    }
+
+    /// Drives `state` inside the run's span.
+    async fn drive_traced(
+        &self,
+        state: RunState,
+        cancel: CancellationToken,
+        output: Option<&OutputSchema>,
+        performer: Option<&dyn Performer>,
+    ) -> Outcome {
+        let span = spans::run_span(self.name.as_deref(), state.run_id());
+        let info =
+            if span.is_disabled() { ModelIdentity::default() } else { spans::model(&span, self.model.identity()) };
+        spans::within(&span, self.drive_inner(state, cancel, output, performer, &span, &info)).await
     }
 
     /// The tools of a step: the registry, plus the output schema's final-answer tool.
@@ -447,12 +480,15 @@ impl Agent {
         }
     }
 
+    /// The run's body, inside its span (`run_span`; `info`: its model, for the spans of its calls).
     async fn drive_inner(
         &self,
         mut state: RunState,
         cancel: CancellationToken,
         output: Option<&OutputSchema>,
         performer: Option<&dyn Performer>,
+        run_span: &Span,
+        info: &ModelIdentity,
     ) -> Outcome {
         let started = Instant::now();
         let limits = state.limits().clone();
@@ -506,6 +542,16 @@ impl Agent {
         if let Some(e) = registry_error {
             state.interrupt(Status::Aborted, e, &self.context);
         }
+        if !run_span.is_disabled() {
+            let first = state.transcript().conversation();
+            spans::run_started(
+                run_span,
+                session_id.as_deref(),
+                self.include_content,
+                state.instructions(),
+                first.get(0),
+            );
+        }
         if emitter.active() {
             let tools = registry.specs().iter().map(|s| s.name.clone()).collect();
             let prompt = self
@@ -554,13 +600,14 @@ impl Agent {
                         }
                     }
                     let step = state.steps() + 1;
-                    emitter.emit(EventKind::ModelStart { step, messages: request.messages.len() });
                     let t0 = Instant::now();
-                    let call = perform_model(
-                        performer,
-                        ModelStep { step, summary: false },
-                        caught(self.model.generate(&request, &run_cancel)),
-                    );
+                    emitter.emit_at(EventKind::ModelStart { step, messages: request.messages.len() }, t0);
+                    let chat = spans::chat_span(info, step, session_id.as_deref());
+                    if self.include_content {
+                        spans::chat_request(&chat, &request);
+                    }
+                    let generate = spans::boxed_within(&chat, self.model.generate(&request, &run_cancel));
+                    let call = perform_model(performer, ModelStep { step, summary: false }, caught(generate));
                     let result = tokio::select! {
                         biased;
                         _ = &mut cancelled => Err(Interrupt::Cancelled),
@@ -573,9 +620,11 @@ impl Agent {
                         Ok(_) if cancel.is_cancelled() => Err(Interrupt::Cancelled),
                         other => other,
                     };
-                    let elapsed = t0.elapsed();
+                    let t1 = Instant::now();
+                    let elapsed = t1.saturating_duration_since(t0);
                     let response = match result {
                         Err(i) => {
+                            spans::fail(&chat, i.status().as_str(), &i.reason(&limits));
                             self.stop(&mut state, &mut emitter, &run_cancel, i);
                             continue;
                         }
@@ -584,25 +633,29 @@ impl Agent {
                     if let Some(j) = &journal {
                         j.response(step, response.as_ref());
                     }
+                    spans::chat_response(&chat, response.as_ref(), self.include_content, None);
+                    let answered = response.is_ok();
                     let summary = response
                         .as_ref()
                         .ok()
                         .map(|r| (r.usage, r.tool_calls.len(), self.include_content.then(|| r.text.clone())));
                     let admission = state.on_model_response(response, &registry, self.policy.as_deref(), &self.context);
+                    if answered && !chat.is_disabled() && matches!(admission, Admission::Ended(Status::ModelError)) {
+                        let error = state.outcome().error.unwrap_or_default();
+                        spans::fail(&chat, "invalid_response", &error);
+                    }
+                    drop(chat);
                     if emitter.active() {
                         match (&admission, summary) {
                             (Admission::Ended(Status::ModelError), _) | (_, None) => {
                                 let error = state.outcome().error.unwrap_or_default();
-                                emitter.emit(EventKind::ModelError { step, duration_ms: ms(elapsed), error });
+                                emitter.emit_at(EventKind::ModelError { step, duration_ms: ms(elapsed), error }, t1);
                             }
                             (_, Some((usage, tool_calls, text))) => {
-                                emitter.emit(EventKind::ModelEnd {
-                                    step,
-                                    duration_ms: ms(elapsed),
-                                    usage,
-                                    tool_calls,
-                                    text,
-                                });
+                                emitter.emit_at(
+                                    EventKind::ModelEnd { step, duration_ms: ms(elapsed), usage, tool_calls, text },
+                                    t1,
+                                );
                             }
                         }
                         if let Admission::Ended(status) = &admission {
@@ -712,12 +765,21 @@ impl Agent {
                         chars_before: plan.chars_before,
                     });
                     let model = self.compact_model.as_ref().unwrap_or(&self.model);
+                    let compaction = spans::compaction_span(step, plan.items, plan.chars_before);
+                    let chat = match compaction.is_disabled() {
+                        true => Span::none(),
+                        false => compaction.in_scope(|| {
+                            let info = self.compact_model.as_ref().map_or_else(|| info.clone(), |m| m.identity());
+                            spans::chat_span(&info, step, session_id.as_deref())
+                        }),
+                    };
+                    if self.include_content {
+                        spans::chat_request(&chat, &request);
+                    }
                     let t0 = Instant::now();
-                    let call = perform_model(
-                        performer,
-                        ModelStep { step, summary: true },
-                        caught(model.generate(&request, &run_cancel)),
-                    );
+                    let generate = model.generate(&request, &run_cancel);
+                    let generate = spans::boxed_within(&compaction, spans::boxed_within(&chat, generate));
+                    let call = perform_model(performer, ModelStep { step, summary: true }, caught(generate));
                     let limit = self.context.summary_timeout;
                     let timeout = async move {
                         match limit {
@@ -738,10 +800,12 @@ impl Agent {
                     drop(request);
                     let response = match result {
                         Ok(_) if cancel.is_cancelled() => {
+                            spans::fail(&chat, "aborted", "the run was cancelled");
                             self.stop(&mut state, &mut emitter, &run_cancel, Interrupt::Cancelled);
                             continue;
                         }
                         Err(i) => {
+                            spans::fail(&chat, i.status().as_str(), &i.reason(&limits));
                             self.stop(&mut state, &mut emitter, &run_cancel, i);
                             continue;
                         }
@@ -749,7 +813,14 @@ impl Agent {
                     };
                     let elapsed = t0.elapsed();
                     let usage = response.as_ref().ok().and_then(|r| r.usage);
-                    if let Some(done) = state.on_compaction_response(response, &self.context) {
+                    spans::chat_response(&chat, response.as_ref(), self.include_content, None);
+                    drop(chat);
+                    let done = state.on_compaction_response(response, &self.context);
+                    if let Some(done) = &done {
+                        spans::compaction_done(&compaction, done.chars_after, done.fallback.as_deref());
+                    }
+                    drop(compaction);
+                    if let Some(done) = done {
                         emitter.emit(EventKind::CompactionEnd {
                             step,
                             items: done.items,
@@ -813,25 +884,20 @@ impl Agent {
                         if slot.reported {
                             continue;
                         }
+                        let now = Instant::now();
                         if !slot.started {
-                            emitter.emit(EventKind::ToolStart {
-                                call_id: p.call.id.clone(),
-                                name: p.call.name.clone(),
-                                arguments: emitter.include_content.then(|| p.call.arguments.clone()),
-                            });
+                            emitter.tool_start(p.call, now);
                         }
                         let (content, is_error, elapsed) = match &slot.result {
-                            Some(r) => (r.content.clone(), r.is_error, slot.elapsed),
+                            Some(r) => (&r.content, r.is_error, slot.elapsed),
                             // Cut short: it ran from its start until now.
-                            None => (unfinished.clone(), true, slot.began.map_or(slot.elapsed, |t| t.elapsed())),
+                            None => (
+                                &unfinished,
+                                true,
+                                slot.began.map_or(slot.elapsed, |t| now.saturating_duration_since(t)),
+                            ),
                         };
-                        emitter.emit(EventKind::ToolEnd {
-                            call_id: p.call.id.clone(),
-                            name: p.call.name.clone(),
-                            is_error,
-                            duration_ms: ms(elapsed),
-                            content: emitter.include_content.then_some(content),
-                        });
+                        emitter.tool_end(p.call, is_error, elapsed, || now, || content.clone());
                     }
                     if let Some((Status::Timeout, reason)) = &end {
                         emitter.emit(EventKind::LimitHit { status: Status::Timeout, detail: reason.clone() });
@@ -857,6 +923,7 @@ impl Agent {
             }
         }
         outcome.session_id = session_id.clone();
+        spans::run_ended(run_span, &outcome, self.include_content, None);
         emitter.emit(EventKind::RunEnd {
             status: outcome.status,
             steps: outcome.steps,
@@ -911,32 +978,27 @@ impl Agent {
                     j += 1;
                 }
             }
+            let t0 = Instant::now();
             for (p, slot) in batch[i..j].iter().zip(slots[i..j].iter_mut()) {
-                // Events are built only when someone listens (their strings are copies).
-                if emitter.active() {
-                    emitter.emit(EventKind::ToolStart {
-                        call_id: p.call.id.clone(),
-                        name: p.call.name.clone(),
-                        arguments: emitter.include_content.then(|| p.call.arguments.clone()),
-                    });
-                }
+                // Events are built only when someone listens.
+                emitter.tool_start(p.call, t0);
                 slot.started = true;
             }
             if j == i + 1 {
                 // One call at a time (the common case): no join machinery.
                 let (p, slot) = (&batch[i], &mut slots[i]);
-                let t0 = Instant::now();
                 slot.began = Some(t0);
                 let result =
-                    self.run_call(registry, p, run_cancel, performer, at, hook_ctx, &mut slot.hook_events).await;
+                    self.run_call_traced(registry, p, run_cancel, performer, at, hook_ctx, &mut slot.hook_events).await;
                 slot.elapsed = t0.elapsed();
                 slot.result = Some(result);
             } else {
                 join_all(batch[i..j].iter().zip(slots[i..j].iter_mut()).map(|(p, slot)| async move {
                     let t0 = Instant::now();
                     slot.began = Some(t0);
-                    let result =
-                        self.run_call(registry, p, run_cancel, performer, at, hook_ctx, &mut slot.hook_events).await;
+                    let result = self
+                        .run_call_traced(registry, p, run_cancel, performer, at, hook_ctx, &mut slot.hook_events)
+                        .await;
                     slot.elapsed = t0.elapsed();
                     slot.result = Some(result);
                 }))
@@ -944,15 +1006,8 @@ impl Agent {
             }
             for (p, slot) in batch[i..j].iter().zip(slots[i..j].iter_mut()) {
                 if let Some(r) = &slot.result {
-                    if emitter.active() {
-                        emitter.emit(EventKind::ToolEnd {
-                            call_id: p.call.id.clone(),
-                            name: p.call.name.clone(),
-                            is_error: r.is_error,
-                            duration_ms: ms(slot.elapsed),
-                            content: emitter.include_content.then(|| r.content.clone()),
-                        });
-                    }
+                    let end = || slot.began.map_or(t0, |b| b + slot.elapsed);
+                    emitter.tool_end(p.call, r.is_error, slot.elapsed, end, || r.content.clone());
                     for e in slot.hook_events.drain(..) {
                         emitter.emit(e);
                     }
@@ -1114,6 +1169,51 @@ impl Agent {
             };
         }
         CallResult { content: result.content, is_error: result.is_error }
+    }
+
+    /// [`Agent::run_call`] inside the call's `execute_tool` span (a child of the run's).
+    #[allow(clippy::too_many_arguments)]
+    async fn run_call_traced(
+        &self,
+        registry: &Registry,
+        p: &PlannedCall<'_>,
+        run_cancel: &CancellationToken,
+        performer: Option<&dyn Performer>,
+        at: BatchAt<'_>,
+        hook_ctx: Option<&HookContext>,
+        hook_events: &mut Vec<EventKind>,
+    ) -> CallResult {
+        if !spans::on() {
+            return self.run_call(registry, p, run_cancel, performer, at, hook_ctx, hook_events).await;
+        }
+        // Boxed: the untraced call's future does not grow by the span's state.
+        Box::pin(self.run_call_in_span(registry, p, run_cancel, performer, at, hook_ctx, hook_events)).await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn run_call_in_span(
+        &self,
+        registry: &Registry,
+        p: &PlannedCall<'_>,
+        run_cancel: &CancellationToken,
+        performer: Option<&dyn Performer>,
+        at: BatchAt<'_>,
+        hook_ctx: Option<&HookContext>,
+        hook_events: &mut Vec<EventKind>,
+    ) -> CallResult {
+        let span = spans::tool_span(p.call, self.include_content);
+        let unfinished = spans::Unfinished::new(&span);
+        let call = self.run_call(registry, p, run_cancel, performer, at, hook_ctx, hook_events);
+        let result = call.instrument(span.clone()).await;
+        unfinished.finished();
+        let error_type = match (p.plan, registry.get(&p.call.name)) {
+            (Plan::Reject { .. }, _) => "rejected",
+            (Plan::Ask { .. }, _) => "undecided",
+            (Plan::Run, None) => "unknown_tool",
+            (Plan::Run, Some(_)) => "tool_error",
+        };
+        spans::tool_result(&span, result.is_error, &result.content, error_type, self.include_content);
+        result
     }
 
     /// One call of a batch: refused ones answer at once; a call that runs is performed (by the performer,

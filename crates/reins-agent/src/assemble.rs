@@ -37,9 +37,10 @@ impl Pricing {
     /// The prices a session records.
     pub fn store_prices(&self) -> Option<reins_store::Prices> {
         self.price.map(|p| reins_store::Prices {
-            input_per_mtok: p.input,
-            output_per_mtok: p.output,
-            cached_input_per_mtok: p.cached_input,
+            input_per_mtok: p.input_per_mtok,
+            output_per_mtok: p.output_per_mtok,
+            cached_input_per_mtok: p.cache_read(),
+            cache_write_per_mtok: p.cache_write_per_mtok,
         })
     }
 }
@@ -152,21 +153,29 @@ impl AgentDef {
         let p = &self.provider;
         let (api, name) = match spec.kind() {
             (ModelKind::Script, file) => {
-                if *p != Default::default() {
-                    let key = serde_json::to_value(p)
+                let priced = crate::definition::ProviderDef { price: None, ..p.clone() };
+                if priced != Default::default() {
+                    let key = serde_json::to_value(&priced)
                         .ok()
                         .and_then(|v| v.as_object().and_then(|m| m.keys().next().cloned()))
                         .unwrap_or_default();
                     return Err(DefError::at(
                         format!("provider.{key}"),
-                        format!("applies to openai:, openai-chat: and anthropic: models, not {:?}", spec.as_str()),
+                        format!(
+                            "applies to openai:, openai-chat: and anthropic: models, not {:?} (only `price` applies to a script)",
+                            spec.as_str()
+                        ),
                     )
                     .into());
                 }
                 let text = read_bounded(Path::new(file), MAX_SCRIPT_BYTES)
                     .map_err(|e| invalid(format!("cannot read script file {file:?}: {e}")))?;
                 let steps = reins::parse_script(&text).map_err(|e| invalid(format!("script file {file:?}: {e}")))?;
-                return Ok((Arc::new(ScriptedModel::new(steps)), None));
+                let Some(price) = p.price.map(|d| d.to_price()) else {
+                    return Ok((Arc::new(ScriptedModel::new(steps)), None));
+                };
+                let pricing = Pricing { model: spec.as_str().to_owned(), price: Some(price) };
+                return Ok((Arc::new(ScriptedModel::new(steps).with_price(price)), Some(pricing)));
             }
             (ModelKind::Provider(api), name) => (api, name.to_owned()),
         };
@@ -179,6 +188,9 @@ impl AgentDef {
         }
         if let Some(t) = p.temperature {
             b = b.temperature(t.get());
+        }
+        if let Some(price) = p.price {
+            b = b.price(price.to_price());
         }
         if let Some(c) = &p.tool_choice {
             b = b.tool_choice(c.0.clone());
@@ -237,7 +249,7 @@ impl AgentDef {
             ProviderError::MissingApiKey { env } => BuildError::MissingApiKey { model: spec.to_string(), env },
             other => invalid(other.to_string()),
         })?;
-        let pricing = Pricing { price: reins_providers::model_info(&name).map(|i| i.price), model: name };
+        let pricing = Pricing { price: reins::Model::price(&provider), model: name };
         Ok((Arc::new(provider), Some(pricing)))
     }
 
@@ -343,6 +355,7 @@ impl AgentDef {
             max_input_tokens: l.max_input_tokens.map(|c| c.0),
             max_output_tokens: l.max_output_tokens.map(|c| c.0),
             max_total_tokens: l.max_total_tokens.map(|c| c.0),
+            max_cost_usd: l.max_cost_usd.map(|c| c.get()),
             timeout: l.timeout.map(|d| d.0),
             tool_timeout: l.tool_timeout.map(|d| d.0),
         }

@@ -11,7 +11,7 @@ use reins_tools::{Preset, ResourceLimits, SandboxMode};
 use serde::{Deserialize, Serialize};
 
 use crate::error::DefError;
-use crate::value::{Count, Dur, ModelKind, ModelSpec, Positive, Temperature, ToolChoiceSpec};
+use crate::value::{Count, Dur, ModelKind, ModelSpec, Positive, PriceDef, Temperature, ToolChoiceSpec, Usd};
 
 /// What a secret value is replaced with wherever a definition is shown or recorded.
 pub const REDACTED: &str = "<redacted>";
@@ -84,7 +84,7 @@ pub struct AgentDef {
     pub hooks: Vec<crate::approve::HookDef>,
 }
 
-/// `[provider]`: what a real model's adapter is told. None of it applies to a `script:` model.
+/// `[provider]`: what a real model's adapter is told. Only `price` applies to a `script:` model too.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderDef {
@@ -142,10 +142,14 @@ pub struct ProviderDef {
     /// Client-side limit on requests in flight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrent_requests: Option<Positive>,
+    /// What the model's tokens cost (US dollars per million tokens): over the list price of a known model;
+    /// a script model's cost and `limits.max_cost_usd` need it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<PriceDef>,
 }
 
 /// `[limits]`: every `--max-*` flag, `timeout` and `tool_timeout`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsDef {
     /// The most model responses (default 50).
@@ -163,6 +167,9 @@ pub struct LimitsDef {
     /// The most input plus output tokens over the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_total_tokens: Option<Count>,
+    /// The most the run may cost, in US dollars (the model's price must be known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<Usd>,
     /// The wall-clock deadline of a run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<Dur>,

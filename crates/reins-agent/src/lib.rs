@@ -66,7 +66,9 @@ pub use load::{
 };
 pub use output::{MAX_OUTPUT_SCHEMA_BYTES, OutputSchemaDef};
 pub use test_tools::tools as test_tools;
-pub use value::{Count, Dur, ModelKind, ModelSpec, Positive, Share, Temperature, ToolChoiceSpec, parse_duration};
+pub use value::{
+    Count, Dur, ModelKind, ModelSpec, Positive, PriceDef, Rate, Share, Temperature, ToolChoiceSpec, Usd, parse_duration,
+};
 
 /// Re-exported for definitions built in code.
 pub use reins_tools::{Preset, ResourceLimits, SandboxMode};

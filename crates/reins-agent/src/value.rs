@@ -335,6 +335,89 @@ impl<'de> Deserialize<'de> for Share {
     }
 }
 
+/// An amount of US dollars above 0 (`limits.max_cost_usd`).
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+pub struct Usd(f64);
+
+impl Usd {
+    /// `x`, when it is a finite number above 0.
+    pub fn new(x: f64) -> Option<Self> {
+        (x.is_finite() && x > 0.0).then_some(Self(x))
+    }
+    /// The value.
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl Serialize for Usd {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Usd {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        bounded_number(d, Usd::new, "a number of US dollars above 0")
+    }
+}
+
+/// A price in US dollars per million tokens, 0 or more.
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+pub struct Rate(f64);
+
+impl Rate {
+    /// `x`, when it is a finite number of at least 0.
+    pub fn new(x: f64) -> Option<Self> {
+        (x.is_finite() && x >= 0.0).then_some(Self(x))
+    }
+    /// The value.
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl Serialize for Rate {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Rate {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        bounded_number(d, Rate::new, "a price of at least 0 (US dollars per million tokens)")
+    }
+}
+
+/// `[provider] price`: what the model's tokens cost, in US dollars per million tokens. Cache reads and
+/// writes default to the input price.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceDef {
+    /// Input not read from a cache.
+    pub input_per_mtok: Rate,
+    /// Output (reasoning included).
+    pub output_per_mtok: Rate,
+    /// Input read from a prompt cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read_per_mtok: Option<Rate>,
+    /// Input written to a prompt cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_per_mtok: Option<Rate>,
+}
+
+impl PriceDef {
+    /// The price the engine charges.
+    pub fn to_price(&self) -> reins::Price {
+        reins::Price {
+            input_per_mtok: self.input_per_mtok.get(),
+            output_per_mtok: self.output_per_mtok.get(),
+            cache_read_per_mtok: self.cache_read_per_mtok.map(Rate::get),
+            cache_write_per_mtok: self.cache_write_per_mtok.map(Rate::get),
+        }
+    }
+}
+
 /// Which tool the model may or must call: `"auto"`, `"required"`, `"none"` or `"tool:NAME"`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolChoiceSpec(pub reins_providers::ToolChoice);

@@ -50,6 +50,7 @@ pub fn flags_layer(args: &RunArgs) -> Result<AgentDef, CliError> {
     d.limits.max_input_tokens = args.max_input_tokens.map(reins_agent::Count);
     d.limits.max_output_tokens = args.max_output_tokens.map(reins_agent::Count);
     d.limits.max_total_tokens = args.max_total_tokens.map(reins_agent::Count);
+    d.limits.max_cost_usd = args.max_cost_usd;
     d.limits.timeout = args.timeout.map(Dur);
     d.limits.tool_timeout = args.tool_timeout.map(Dur);
     d.context.max_context_chars = positive(args.max_context_chars);

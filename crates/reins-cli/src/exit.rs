@@ -15,6 +15,9 @@ Exit codes:
   7  aborted          cancelled (Ctrl-C, SIGTERM, SIGHUP) or stopped by policy
   8  model_error      the model call failed or its response was malformed
   9  context_limit    the context budget cannot hold the first message and the newest turn
+ 11  cost_limit       the run cost more than --max-cost-usd
+ 12  truncated        the final answer was cut by the response cap (its partial text is kept)
+ 13  refused          the model refused, or a content filter cut its answer
  14  awaiting_approval  a call waits for a decision: `reins approve ID` continues the run
  15  (durable runs)   submit/status/result/cancel: Restate unreachable, or no such run or session";
 
@@ -29,6 +32,9 @@ pub fn code_for(status: Status) -> u8 {
         Status::Aborted => 7,
         Status::ModelError => 8,
         Status::ContextLimit => 9,
+        Status::CostLimit => 11,
+        Status::Truncated => 12,
+        Status::Refused => 13,
         Status::AwaitingApproval => 14,
     }
 }

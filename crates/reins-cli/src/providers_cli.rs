@@ -1,14 +1,14 @@
 //! Real model providers on `reins run`: `--model openai:MODEL` (Responses API), `openai-chat:MODEL` (Chat
 //! Completions, any compatible server) and `anthropic:MODEL` (Messages), with `--base-url`,
 //! `--max-response-tokens` (keys of the agent definition: `reins-agent` builds the provider) and `--stream`
-//! (deltas on stderr); the cost of the run next to its usage.
+//! (deltas on stderr); the cost line under the summary (the core computes `cost_usd`).
 
 use std::io::IsTerminal;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
 use clap::Args;
-use reins::{Delta, DeltaSink, Event, EventKind, Model, ModelError, ModelRequest, ModelResponse, Outcome, UsageTotals};
+use reins::{Delta, DeltaSink, Model, ModelError, ModelRequest, ModelResponse, Outcome};
 use reins_providers::Price;
 use tokio_util::sync::CancellationToken;
 
@@ -47,6 +47,10 @@ struct Streamed {
 
 #[async_trait]
 impl Model for Streamed {
+    fn price(&self) -> Option<Price> {
+        self.inner.price()
+    }
+
     async fn generate(&self, request: &ModelRequest, cancel: &CancellationToken) -> Result<ModelResponse, ModelError> {
         let printer = Mutex::new(Printer { tty: std::io::stderr().is_terminal(), in_reasoning: false, wrote: false });
         let sink = DeltaSink::new(move |d| {
@@ -98,36 +102,7 @@ impl Drop for Printer {
     }
 }
 
-/// The cost of `usage` in US dollars, when a real provider with a known price ran.
-pub fn cost(usage: &UsageTotals) -> Option<f64> {
-    let (_, price) = PRICED.get()?;
-    price.as_ref().map(|p| reins_providers::cost(p, usage))
-}
-
-/// An event as one JSON line; `run_end` gets `"cost_usd"` when the price is known.
-pub fn event_json(event: &Event) -> String {
-    let line = event.to_json();
-    let EventKind::RunEnd { usage, .. } = &event.kind else { return line };
-    let Some(cost) = cost(usage) else { return line };
-    match serde_json::from_str::<serde_json::Value>(&line) {
-        Ok(serde_json::Value::Object(mut map)) => {
-            map.insert("cost_usd".into(), cost.into());
-            serde_json::Value::Object(map).to_string()
-        }
-        _ => line,
-    }
-}
-
-/// The outcome as JSON, with `"cost_usd"` when the price is known.
-pub fn outcome_json(outcome: &Outcome) -> serde_json::Result<serde_json::Value> {
-    let mut v = serde_json::to_value(outcome)?;
-    if let (Some(cost), Some(map)) = (cost(&outcome.usage), v.as_object_mut()) {
-        map.insert("cost_usd".into(), cost.into());
-    }
-    Ok(v)
-}
-
-/// Prints the cost line under the readable summary (real providers only).
+/// Prints the cost line under the readable summary (a real provider, or a script model given a price).
 pub fn print_cost(outcome: &Outcome) {
     let Some((model, price)) = PRICED.get() else { return };
     let u = &outcome.usage;
@@ -136,14 +111,14 @@ pub fn print_cost(outcome: &Outcome) {
     } else {
         String::new()
     };
-    match price {
-        Some(p) => errln!(
-            "  cost ≈ ${:.6} at {model} list prices (${}/${}/${} per million input/cached/output tokens{partial})",
-            reins_providers::cost(p, u),
-            p.input,
-            p.cached_input,
-            p.output
+    match (price, outcome.cost_usd) {
+        (Some(p), Some(cost)) => errln!(
+            "  cost ≈ ${cost:.6} at {model} list prices (${}/${}/${}/${} per million input/cache-read/cache-write/output tokens{partial})",
+            p.input_per_mtok,
+            p.cache_read(),
+            p.cache_write(),
+            p.output_per_mtok
         ),
-        None => errln!("  cost unknown: no price is known for {model}"),
+        _ => errln!("  cost unknown: no price is known for {model}"),
     }
 }

@@ -95,6 +95,22 @@ pub fn summary(outcome: &Outcome) {
     }
 }
 
+/// How much of the input was read from (and written to) the prompt cache: ` (1200 read from cache, 35%)`,
+/// empty when the cache was not used.
+pub fn cache_note(u: &reins::UsageTotals) -> String {
+    let (read, write) = (u.cached_input_tokens, u.cache_write_tokens);
+    if read == 0 && write == 0 {
+        return String::new();
+    }
+    let share = if u.input_tokens > 0 { read as f64 * 100.0 / u.input_tokens as f64 } else { 0.0 };
+    let mut note = format!(" ({read} read from cache, {share:.0}%");
+    if write > 0 {
+        note.push_str(&format!(", {write} written to it"));
+    }
+    note.push(')');
+    note
+}
+
 /// The status line of a run, and its error if it did not complete.
 pub fn status_lines(outcome: &Outcome) -> Vec<String> {
     let u = &outcome.usage;
@@ -102,8 +118,9 @@ pub fn status_lines(outcome: &Outcome) -> Vec<String> {
         "usage unknown".to_owned()
     } else {
         format!(
-            "usage {} in / {} out ({} of {} model calls reported usage)",
+            "usage {} in{} / {} out ({} of {} model calls reported usage)",
             u.input_tokens,
+            cache_note(u),
             u.output_tokens,
             u.calls_with_usage,
             u.calls_with_usage + u.calls_without_usage

@@ -73,6 +73,10 @@ pub struct RunArgs {
     /// the run ends awaiting_approval (exit 14): continue it with `reins approve ID`.
     #[arg(long, value_name = "MODE", value_parser = parse_approve)]
     pub approve: Option<reins_agent::ApproveMode>,
+    /// The most the run may cost, in US dollars, at the model's price (a known model's list price, or
+    /// `[provider] price`); checked after each response. Exit 11 (`cost_limit`).
+    #[arg(long, value_name = "USD", value_parser = parse_usd)]
+    pub max_cost_usd: Option<reins_agent::Usd>,
     /// Writes events as JSON lines on stdout (`run_end` last) instead of readable progress.
     #[arg(long)]
     pub json: bool,
@@ -104,7 +108,7 @@ pub struct RunArgs {
 
 /// The JSON-lines observer: one event a line on stdout.
 fn json_observer(event: &Event) -> Result<(), ObserverError> {
-    jsonln!("{}", crate::providers_cli::event_json(event));
+    jsonln!("{}", event.to_json());
     crate::output::flush_stdout();
     Ok(())
 }
@@ -151,8 +155,7 @@ fn build_agent(
 
 /// Writes the outcome as pretty JSON.
 pub fn write_outcome(path: &PathBuf, outcome: &Outcome) -> anyhow::Result<()> {
-    let json =
-        serde_json::to_vec_pretty(&crate::providers_cli::outcome_json(outcome)?).context("serializing the outcome")?;
+    let json = serde_json::to_vec_pretty(outcome).context("serializing the outcome")?;
     std::fs::write(path, json).with_context(|| format!("writing the outcome file {}", path.display()))
 }
 
@@ -261,6 +264,15 @@ fn parse_approve(s: &str) -> Result<reins_agent::ApproveMode, String> {
 
 fn parse_strategy(s: &str) -> Result<reins::ContextStrategy, String> {
     s.parse()
+}
+
+fn parse_usd(s: &str) -> Result<reins_agent::Usd, String> {
+    s.trim()
+        .trim_start_matches('$')
+        .parse::<f64>()
+        .ok()
+        .and_then(reins_agent::Usd::new)
+        .ok_or_else(|| format!("{s:?} is not a number of US dollars above 0"))
 }
 
 fn parse_share(s: &str) -> Result<reins_agent::Share, String> {

@@ -295,13 +295,22 @@ fn show(session: &Session, events: bool) {
         one_line(s.model.as_deref().unwrap_or("-")),
         one_line(s.workspace.as_deref().unwrap_or("-"))
     );
+    // How much of the input the prompt cache served, from the recorded responses' usage.
+    let mut cache = reins::UsageTotals { input_tokens: s.input_tokens, ..Default::default() };
+    for e in session.entries.iter().filter(|e| e.kind == kind::RESPONSE) {
+        if let Ok(u) = serde_json::from_value::<reins::Usage>(e.data["response"]["usage"].clone()) {
+            cache.cached_input_tokens = cache.cached_input_tokens.saturating_add(u.cached_input_tokens);
+            cache.cache_write_tokens = cache.cache_write_tokens.saturating_add(u.cache_write_tokens);
+        }
+    }
     outln!(
-        "  {} · {} run(s) · {} step(s) · {} tool call(s) · {} in / {} out tokens{} · cost {}",
+        "  {} · {} run(s) · {} step(s) · {} tool call(s) · {} in{} / {} out tokens{} · cost {}",
         s.status,
         s.runs,
         s.steps,
         s.tool_calls,
         s.input_tokens,
+        crate::render::cache_note(&cache),
         s.output_tokens,
         if s.calls_without_usage > 0 {
             format!(" ({} call(s) without usage)", s.calls_without_usage)

@@ -12,8 +12,9 @@ use crate::wire::{Emit, Failure, count, error_object, event_json, parse_argument
 /// The `anthropic-version` header sent with every request.
 pub const API_VERSION: &str = "2023-06-01";
 
-/// The output cap sent when none is configured and the model is unknown (the API requires one).
-pub const DEFAULT_MAX_TOKENS: u64 = 4096;
+/// The output cap sent when none is configured and the model is unknown (the API requires one): the
+/// response cap of every model whose own cap Reins does not know.
+pub const DEFAULT_MAX_TOKENS: u64 = crate::provider::DEFAULT_RESPONSE_CAP as u64;
 
 /// Tool-use input must be an object; arguments that were not (unparseable text) go back as `{}`.
 fn input_object(args: &Value) -> Value {
@@ -127,16 +128,20 @@ fn stop_reason(r: &str) -> FinishReason {
     }
 }
 
-/// Input counts all of it: uncached, read from the cache, and written to it. Reasoning is the
+/// Input counts all of it: uncached, read from the cache (`cache_read_input_tokens`), and written to it
+/// (`cache_creation_input_tokens`), the last two kept apart for pricing. Reasoning is the
 /// `thinking_tokens` of `output_tokens_details`, where the API reports them.
 fn parse_usage(u: &Value) -> Option<Usage> {
     if !u.is_object() {
         return None;
     }
     let cached = count(u, &["cache_read_input_tokens"]);
-    let input =
-        count(u, &["input_tokens"]).saturating_add(cached).saturating_add(count(u, &["cache_creation_input_tokens"]));
-    Some(usage(input, count(u, &["output_tokens"]), cached, count(u, &["output_tokens_details", "thinking_tokens"])))
+    let written = count(u, &["cache_creation_input_tokens"]);
+    let input = count(u, &["input_tokens"]).saturating_add(cached).saturating_add(written);
+    let mut usage =
+        usage(input, count(u, &["output_tokens"]), cached, count(u, &["output_tokens_details", "thinking_tokens"]));
+    usage.cache_write_tokens = written.min(input - usage.cached_input_tokens);
+    Some(usage)
 }
 
 #[derive(Clone, Debug)]

@@ -42,6 +42,6 @@ fn response_model(model: Option<&str>) {
 }
 
 pub use pricing::{MODELS, ModelInfo, Price, cost, cost_for, model_info, token_counter};
-pub use provider::{Api, Provider, ProviderBuilder, ProviderError, ToolChoice};
+pub use provider::{Api, DEFAULT_RESPONSE_CAP, Provider, ProviderBuilder, ProviderError, ToolChoice};
 pub use ratelimit::{Permit, RateLimiter};
 pub use retry::RetryPolicy;

@@ -54,7 +54,7 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
             b.insert("tool_choice".into(), choice);
         }
     }
-    if let Some(n) = s.max_output_tokens {
+    if let Some(n) = s.openai_cap() {
         b.insert("max_output_tokens".into(), n.into());
     }
     if let Some(t) = s.temperature {

@@ -7,19 +7,13 @@
 
 use std::sync::Arc;
 
+pub use reins::Price;
 use reins::{TokenCounter, UsageTotals};
 use serde::Serialize;
 
-/// Prices in US dollars per million tokens.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct Price {
-    /// Uncached input.
-    pub input: f64,
-    /// Input served from the prompt cache.
-    pub cached_input: f64,
-    /// Output (reasoning included).
-    pub output: f64,
-}
+/// What writing to the prompt cache costs, as a multiple of the input price: Anthropic charges 1.25× for
+/// its 5-minute cache; OpenAI charges nothing extra (plain input).
+const ANTHROPIC_CACHE_WRITE: f64 = 1.25;
 
 /// What is known of one model.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -42,7 +36,18 @@ const fn m(
     cached_input: f64,
     output: f64,
 ) -> ModelInfo {
-    ModelInfo { prefix, context_window, max_output_tokens, price: Price { input, cached_input, output } }
+    let write = if prefix.as_bytes()[0] == b'c' { input * ANTHROPIC_CACHE_WRITE } else { input };
+    ModelInfo {
+        prefix,
+        context_window,
+        max_output_tokens,
+        price: Price {
+            input_per_mtok: input,
+            output_per_mtok: output,
+            cache_read_per_mtok: Some(cached_input),
+            cache_write_per_mtok: Some(write),
+        },
+    }
 }
 
 /// The table. Longest prefix wins, so order does not matter.
@@ -87,20 +92,17 @@ pub fn model_info(model: &str) -> Option<&'static ModelInfo> {
         .max_by_key(|i| i.prefix.len())
 }
 
-/// The cost in US dollars of the given usage at `price`: uncached input, cached input and output each at
-/// their rate. Calls that reported no usage add nothing (see `calls_without_usage`).
+/// The cost in US dollars of the given usage at `price`: uncached input, cache reads, cache writes and
+/// output each at their rate. Calls that reported no usage add nothing (see `calls_without_usage`).
 ///
 /// ```
-/// let price = reins_providers::Price { input: 2.0, cached_input: 0.5, output: 8.0 };
+/// let price = reins_providers::Price::new(2.0, 8.0).with_cache(0.5, 2.5);
 /// let usage = reins::UsageTotals { input_tokens: 1_000_000, cached_input_tokens: 500_000,
 ///     output_tokens: 100_000, ..Default::default() };
 /// assert!((reins_providers::cost(&price, &usage) - 2.05).abs() < 1e-9);
 /// ```
 pub fn cost(price: &Price, usage: &UsageTotals) -> f64 {
-    let cached = usage.cached_input_tokens.min(usage.input_tokens);
-    let uncached = usage.input_tokens - cached;
-    (uncached as f64 * price.input + cached as f64 * price.cached_input + usage.output_tokens as f64 * price.output)
-        / 1_000_000.0
+    price.cost_of_totals(usage)
 }
 
 /// The cost of a run with `model`, when its price is known.
@@ -136,16 +138,23 @@ mod tests {
     fn every_entry_is_sane() {
         for i in MODELS {
             assert!(i.context_window > i.max_output_tokens, "{}", i.prefix);
-            assert!(i.price.cached_input <= i.price.input && i.price.input <= i.price.output, "{}", i.prefix);
+            let p = &i.price;
+            assert!(p.cache_read() <= p.input_per_mtok && p.input_per_mtok <= p.output_per_mtok, "{}", i.prefix);
+            assert!(p.cache_write() >= p.input_per_mtok, "{}", i.prefix);
             assert_eq!(model_info(i.prefix).map(|x| x.prefix), Some(i.prefix));
         }
     }
 
     #[test]
     fn cost_counts_cached_input_at_its_rate_and_clamps() {
-        let p = Price { input: 1.0, cached_input: 0.1, output: 10.0 };
+        let p = Price::new(1.0, 10.0).with_cache(0.1, 1.25);
         let u = UsageTotals { input_tokens: 1000, cached_input_tokens: 400, output_tokens: 50, ..Default::default() };
         assert!((cost(&p, &u) - (600.0 + 40.0 + 500.0) / 1e6).abs() < 1e-12);
+        let w = UsageTotals { cache_write_tokens: 200, ..u };
+        assert!((cost(&p, &w) - (400.0 + 40.0 + 250.0 + 500.0) / 1e6).abs() < 1e-12);
+        let sonnet = model_info("claude-sonnet-4-5").unwrap().price;
+        assert!((sonnet.cache_write() - 3.75).abs() < 1e-12 && (sonnet.cache_read() - 0.30).abs() < 1e-12);
+        assert_eq!(model_info("gpt-4.1").unwrap().price.cache_write(), 2.0);
         let odd = UsageTotals { input_tokens: 10, cached_input_tokens: 20, ..Default::default() };
         assert!((cost(&p, &odd) - 1e-6).abs() < 1e-12);
         assert_eq!(cost_for("unknown-model", &u), None);

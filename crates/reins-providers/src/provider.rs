@@ -157,6 +157,24 @@ pub(crate) struct Settings {
     pub extra_body: Map<String, Value>,
     /// Chat Completions' name for the output cap: `max_completion_tokens` (OpenAI) or `max_tokens`.
     pub chat_max_tokens_field: String,
+    /// What the model's tokens cost: given, else the list price of a known model.
+    pub price: Option<reins::Price>,
+}
+
+/// The response cap sent for a model whose own output cap Reins does not know, when none is configured:
+/// a small local model left uncapped can stream a degenerate answer for ever.
+pub const DEFAULT_RESPONSE_CAP: u32 = 8192;
+
+impl Settings {
+    /// The output cap of OpenAI-style requests: the configured one; none for a known model (the API's own
+    /// default, the model's cap); [`DEFAULT_RESPONSE_CAP`] for a model Reins does not know.
+    pub(crate) fn openai_cap(&self) -> Option<u32> {
+        match self.max_output_tokens {
+            Some(n) => Some(n),
+            None if crate::pricing::model_info(&self.model).is_some() => None,
+            None => Some(DEFAULT_RESPONSE_CAP),
+        }
+    }
 }
 
 /// Builds a [`Provider`].
@@ -204,6 +222,11 @@ impl ProviderBuilder {
     /// Caps each response's output tokens.
     pub fn max_output_tokens(mut self, n: u32) -> Self {
         self.settings.max_output_tokens = Some(n);
+        self
+    }
+    /// What the model's tokens cost (default: the list price of a known model, else unknown).
+    pub fn price(mut self, price: reins::Price) -> Self {
+        self.settings.price = Some(price);
         self
     }
     /// The sampling temperature, 0 to 2 (OpenAI-style APIs only: Anthropic's Messages API has none).
@@ -296,6 +319,12 @@ impl ProviderBuilder {
         }
         if self.max_response_bytes == 0 {
             return Err(ProviderError::InvalidSetting("max response bytes must be at least 1".into()));
+        }
+        if let Some(p) = &self.settings.price {
+            p.validate().map_err(|e| ProviderError::InvalidSetting(format!("price: {e}")))?;
+        }
+        if self.settings.price.is_none() {
+            self.settings.price = crate::pricing::model_info(&self.settings.model).map(|i| i.price);
         }
         let given = self.base_url.clone();
         let base = given.clone().unwrap_or_else(|| self.api.default_base_url().to_owned());
@@ -496,6 +525,7 @@ impl Provider {
                 tool_choice: ToolChoice::Auto,
                 extra_body: Map::new(),
                 chat_max_tokens_field: String::new(),
+                price: None,
             },
             base_url: None,
             api_key: None,
@@ -689,6 +719,10 @@ impl Model for Provider {
             server_address: inner.url.host_str().map(Arc::from),
             server_port: inner.url.port_or_known_default(),
         }
+    }
+
+    fn price(&self) -> Option<reins::Price> {
+        self.inner.settings.price
     }
 
     async fn generate(&self, request: &ModelRequest, cancel: &CancellationToken) -> Result<ModelResponse, ModelError> {

@@ -145,6 +145,7 @@ pub(crate) fn usage(input: u64, output: u64, cached: u64, reasoning: u64) -> Usa
         input_tokens: input,
         output_tokens: output,
         cached_input_tokens: cached.min(input),
+        cache_write_tokens: 0,
         reasoning_tokens: reasoning.min(output),
     }
 }

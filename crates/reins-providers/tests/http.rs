@@ -220,7 +220,7 @@ async fn anthropic_request_body_and_headers() {
     assert_eq!(r.header("authorization"), None);
     assert_eq!(r.header("anthropic-version"), Some("2023-06-01"));
     let b = r.json();
-    assert_eq!(b["max_tokens"], 4096, "required by the API: a default is sent");
+    assert_eq!(b["max_tokens"], 8192, "required by the API: a default is sent");
     assert_eq!(b["system"], "Be brief.");
     assert!(b.get("temperature").is_none());
     assert_eq!(b["tool_choice"], json!({"type": "any"}));
@@ -324,19 +324,37 @@ async fn plain_text_responses() {
         (
             Api::OpenAiResponses,
             "Hello! How can I help you today?",
-            Usage { input_tokens: 36, output_tokens: 87, cached_input_tokens: 12, reasoning_tokens: 64 },
+            Usage {
+                input_tokens: 36,
+                output_tokens: 87,
+                cached_input_tokens: 12,
+                cache_write_tokens: 0,
+                reasoning_tokens: 64,
+            },
             Some("Thinking about the greeting."),
         ),
         (
             Api::OpenAiChat,
             "The capital of France is Paris.",
-            Usage { input_tokens: 1117, output_tokens: 46, cached_input_tokens: 1024, reasoning_tokens: 12 },
+            Usage {
+                input_tokens: 1117,
+                output_tokens: 46,
+                cached_input_tokens: 1024,
+                cache_write_tokens: 0,
+                reasoning_tokens: 12,
+            },
             None,
         ),
         (
             Api::Anthropic,
             "Hello! How can I help?",
-            Usage { input_tokens: 2160, output_tokens: 30, cached_input_tokens: 2048, reasoning_tokens: 8 },
+            Usage {
+                input_tokens: 2160,
+                output_tokens: 30,
+                cached_input_tokens: 2048,
+                cache_write_tokens: 100,
+                reasoning_tokens: 8,
+            },
             Some("The user says hello; reply in kind."),
         ),
     ];
@@ -392,19 +410,37 @@ async fn streamed_text_with_reasoning_and_usage_arrives_as_deltas() {
             Api::OpenAiResponses,
             "Hello! How can I help you today?",
             "Thinking about the greeting.",
-            Usage { input_tokens: 36, output_tokens: 87, cached_input_tokens: 12, reasoning_tokens: 64 },
+            Usage {
+                input_tokens: 36,
+                output_tokens: 87,
+                cached_input_tokens: 12,
+                cache_write_tokens: 0,
+                reasoning_tokens: 64,
+            },
         ),
         (
             Api::OpenAiChat,
             "Hello there!",
             "The user greets; answer politely.",
-            Usage { input_tokens: 19, output_tokens: 10, cached_input_tokens: 0, reasoning_tokens: 4 },
+            Usage {
+                input_tokens: 19,
+                output_tokens: 10,
+                cached_input_tokens: 0,
+                cache_write_tokens: 0,
+                reasoning_tokens: 4,
+            },
         ),
         (
             Api::Anthropic,
             "Hello! How can I help?",
             "The user says hello; reply in kind.",
-            Usage { input_tokens: 2160, output_tokens: 30, cached_input_tokens: 2048, reasoning_tokens: 8 },
+            Usage {
+                input_tokens: 2160,
+                output_tokens: 30,
+                cached_input_tokens: 2048,
+                cache_write_tokens: 100,
+                reasoning_tokens: 8,
+            },
         ),
     ];
     for (api, text, reasoning, usage) in cases {

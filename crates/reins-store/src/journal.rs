@@ -26,18 +26,22 @@ pub struct Prices {
     /// US dollars per million input tokens served from a prompt cache (0: priced as other input).
     #[serde(default)]
     pub cached_input_per_mtok: f64,
+    /// US dollars per million input tokens written to a prompt cache (none: priced as other input).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_per_mtok: Option<f64>,
 }
 
 impl Prices {
-    /// The cost of one call's usage, in US dollars.
+    /// The cost of one call's usage, in US dollars (the core's [`reins::Price`] at these rates).
     pub fn cost(&self, u: &reins::Usage) -> f64 {
-        let cached = u.cached_input_tokens.min(u.input_tokens);
-        let cached_price =
-            if self.cached_input_per_mtok > 0.0 { self.cached_input_per_mtok } else { self.input_per_mtok };
-        ((u.input_tokens - cached) as f64 * self.input_per_mtok
-            + cached as f64 * cached_price
-            + u.output_tokens as f64 * self.output_per_mtok)
-            / 1e6
+        let read = if self.cached_input_per_mtok > 0.0 { self.cached_input_per_mtok } else { self.input_per_mtok };
+        reins::Price {
+            input_per_mtok: self.input_per_mtok,
+            output_per_mtok: self.output_per_mtok,
+            cache_read_per_mtok: Some(read),
+            cache_write_per_mtok: self.cache_write_per_mtok,
+        }
+        .cost(u)
     }
 }
 

@@ -31,7 +31,12 @@ fn agent(store: &Store, steps: Vec<ModelResponse>) -> Agent {
         .journal(store.journal(SessionMeta {
             model: Some("scripted".into()),
             workspace: None,
-            prices: Some(reins_store::Prices { input_per_mtok: 1.0, output_per_mtok: 2.0, cached_input_per_mtok: 0.0 }),
+            prices: Some(reins_store::Prices {
+                input_per_mtok: 1.0,
+                output_per_mtok: 2.0,
+                cached_input_per_mtok: 0.0,
+                cache_write_per_mtok: None,
+            }),
             config: None,
         }))
         .build()
@@ -407,7 +412,12 @@ fn a_run_that_lost_its_session_to_a_later_run_records_nothing_more() {
 
 #[test]
 fn cached_input_is_priced_apart() {
-    let p = reins_store::Prices { input_per_mtok: 2.0, output_per_mtok: 8.0, cached_input_per_mtok: 0.5 };
+    let p = reins_store::Prices {
+        input_per_mtok: 2.0,
+        output_per_mtok: 8.0,
+        cached_input_per_mtok: 0.5,
+        cache_write_per_mtok: None,
+    };
     let u = Usage { cached_input_tokens: 400_000, ..Usage::new(1_000_000, 100_000) };
     assert!((p.cost(&u) - (0.6 * 2.0 + 0.4 * 0.5 + 0.1 * 8.0)).abs() < 1e-9);
     let no_cache_price = reins_store::Prices { cached_input_per_mtok: 0.0, ..p };

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use crate::message::ToolCall;
+use crate::model::FinishReason;
 use crate::outcome::Status;
 use crate::usage::{Usage, UsageTotals};
 
@@ -54,6 +55,12 @@ pub enum EventKind {
         /// The response text (only with content opted in).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         text: Option<String>,
+        /// Why the model stopped, where it said (`stop`, `tool_calls`, `length`, `content_filter`, `refusal`, ...).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        finish_reason: Option<FinishReason>,
+        /// What this response cost in US dollars, when the model's price and the usage are known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
     },
     /// A model call failed or its response was refused.
     ModelError {
@@ -177,6 +184,9 @@ pub enum EventKind {
         tool_calls: u64,
         /// Usage totals.
         usage: UsageTotals,
+        /// What the run cost in US dollars, when the model's price is known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
         /// Wall time of the run.
         duration_ms: f64,
         /// Compactions recorded by the run.

@@ -25,6 +25,7 @@
 
 pub mod approval;
 pub mod context;
+pub mod cost;
 pub mod engine;
 pub mod events;
 pub mod hook;
@@ -53,6 +54,7 @@ pub use context::{
     CharCounter, ContextConfig, ContextError, ContextStrategy, DEFAULT_SUMMARY_PROMPT, TokenCounter, bound_text,
     bound_to_units,
 };
+pub use cost::Price;
 pub use engine::driver::{Agent, AgentBuilder, TypedRunError};
 pub use engine::perform::{Direct, ModelStep, Performer, ToolStep, idempotency_key, idempotency_prefix};
 pub use engine::state::{Action, Admission, Batch, CallResult, Compaction, Plan, PlannedCall, RunState};

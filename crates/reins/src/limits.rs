@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 /// assert!(limits.validate().is_ok());
 /// assert!(reins::Limits { max_steps: Some(0), ..Default::default() }.validate().is_err());
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Limits {
     /// The most model responses. Default 100; zero is refused.
     pub max_steps: Option<u64>,
@@ -23,6 +23,10 @@ pub struct Limits {
     pub max_output_tokens: Option<u64>,
     /// The most input plus output tokens.
     pub max_total_tokens: Option<u64>,
+    /// The most the run may cost, in US dollars, priced at the model's [`crate::Price`] (checked after
+    /// each response, like the token limits; the model must report a price).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
     /// The wall-clock deadline of the run, from its start. Any size is accepted: one too large to add
     /// to the clock is no deadline.
     pub timeout: Option<Duration>,
@@ -38,6 +42,7 @@ impl Default for Limits {
             max_input_tokens: None,
             max_output_tokens: None,
             max_total_tokens: None,
+            max_cost_usd: None,
             timeout: None,
             tool_timeout: None,
         }
@@ -62,6 +67,11 @@ impl Limits {
         }
         if self.timeout == Some(Duration::ZERO) {
             return Err(ConfigError("timeout must be longer than zero".into()));
+        }
+        if let Some(c) = self.max_cost_usd {
+            if !(c.is_finite() && c > 0.0) {
+                return Err(ConfigError(format!("max_cost_usd must be a positive number of US dollars, not {c}")));
+            }
         }
         if self.tool_timeout == Some(Duration::ZERO) {
             return Err(ConfigError("tool_timeout must be longer than zero".into()));

@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::cost::Price;
 use crate::message::{Message, ToolCall};
 use crate::tool::ToolSpec;
 use crate::usage::Usage;
@@ -180,8 +181,10 @@ pub struct ModelRequest {
 }
 
 /// Why a model stopped producing output, where the model says.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+///
+/// Serialized as a string: `stop`, `tool_calls`, `length`, `content_filter`, `refusal`, or the model's own
+/// word for any other reason (read back, `{"other": "..."}` is accepted too).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FinishReason {
     /// A natural end of the turn.
     Stop,
@@ -195,6 +198,59 @@ pub enum FinishReason {
     Refusal,
     /// Any other reason, as the model named it.
     Other(String),
+}
+
+impl FinishReason {
+    /// The name in JSON: `stop`, `tool_calls`, `length`, `content_filter`, `refusal`, or the other reason.
+    pub fn as_str(&self) -> &str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::ToolCalls => "tool_calls",
+            FinishReason::Length => "length",
+            FinishReason::ContentFilter => "content_filter",
+            FinishReason::Refusal => "refusal",
+            FinishReason::Other(s) => s,
+        }
+    }
+
+    /// The reason named by `s` (any unknown word is [`FinishReason::Other`]).
+    pub fn from_name(s: &str) -> Self {
+        match s {
+            "stop" => FinishReason::Stop,
+            "tool_calls" => FinishReason::ToolCalls,
+            "length" => FinishReason::Length,
+            "content_filter" => FinishReason::ContentFilter,
+            "refusal" => FinishReason::Refusal,
+            other => FinishReason::Other(other.to_owned()),
+        }
+    }
+}
+
+impl std::fmt::Display for FinishReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for FinishReason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for FinishReason {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            Name(String),
+            Other { other: String },
+        }
+        Ok(match Form::deserialize(d)? {
+            Form::Name(s) => FinishReason::from_name(&s),
+            Form::Other { other } => FinishReason::Other(other),
+        })
+    }
 }
 
 /// A model's answer: text, proposed tool calls and, where reported, usage.
@@ -417,6 +473,12 @@ pub trait Model: Send + Sync {
     fn identity(&self) -> ModelIdentity {
         ModelIdentity::default()
     }
+
+    /// What this model's tokens cost, when known: the engine then prices each response and the run
+    /// (`cost_usd`), and `Limits::max_cost_usd` can end a run. A wrapper should pass its inner model's on.
+    fn price(&self) -> Option<Price> {
+        None
+    }
 }
 
 #[async_trait]
@@ -426,5 +488,9 @@ impl<M: Model + ?Sized> Model for Arc<M> {
     }
     fn identity(&self) -> ModelIdentity {
         (**self).identity()
+    }
+
+    fn price(&self) -> Option<Price> {
+        (**self).price()
     }
 }

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::message::Message;
+use crate::model::FinishReason;
 use crate::usage::UsageTotals;
 
 /// Why a run ended.
@@ -28,6 +29,12 @@ pub enum Status {
     /// A batch waits for decisions about calls a policy or hook asked about, and no approver gave them
     /// all; the outcome's `pending` holds the batch (continue with decisions: `reins approve`).
     AwaitingApproval,
+    /// The run's cost passed `max_cost_usd`.
+    CostLimit,
+    /// The final answer was cut by the response cap (finish reason `length`); its partial text is kept.
+    Truncated,
+    /// The model refused, or a content filter cut its answer; what it said is kept.
+    Refused,
 }
 
 impl Status {
@@ -43,6 +50,9 @@ impl Status {
             Status::ModelError => "model_error",
             Status::ContextLimit => "context_limit",
             Status::AwaitingApproval => "awaiting_approval",
+            Status::CostLimit => "cost_limit",
+            Status::Truncated => "truncated",
+            Status::Refused => "refused",
         }
     }
 }
@@ -54,12 +64,14 @@ impl std::fmt::Display for Status {
 }
 
 /// The result of a run: `{"status", "answer", "error", "steps", "tool_calls", "usage", "run_id",
-/// "instructions", "compactions", "output", "messages"}`, plus `"session_id"` when the run was recorded.
+/// "instructions", "compactions", "output", "messages"}`, plus `"session_id"` when the run was recorded,
+/// `"cost_usd"` when the model's price is known and `"finish_reason"` when the last response said why it
+/// stopped.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
     /// Why it ended.
     pub status: Status,
-    /// The final answer, when completed.
+    /// The final answer, when completed; the partial text of a `truncated` or `refused` one.
     pub answer: Option<String>,
     /// What went wrong, for every status but `completed`.
     pub error: Option<String>,
@@ -69,6 +81,13 @@ pub struct Outcome {
     pub tool_calls: u64,
     /// Usage totals.
     pub usage: UsageTotals,
+    /// What the run cost in US dollars, when the model's price is known (calls that reported no usage
+    /// add nothing: see `usage.calls_without_usage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// Why the last model response stopped, where the model said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<FinishReason>,
     /// The run's id.
     pub run_id: String,
     /// The id of the durable session the run was recorded in, when it was (see [`crate::journal`]).

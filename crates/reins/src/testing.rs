@@ -55,6 +55,7 @@ pub struct ScriptedModel {
     requests: Mutex<Vec<ModelRequest>>,
     calls: Mutex<usize>,
     record: bool,
+    price: Option<crate::cost::Price>,
 }
 
 impl ScriptedModel {
@@ -65,7 +66,14 @@ impl ScriptedModel {
             requests: Mutex::new(Vec::new()),
             calls: Mutex::new(0),
             record: true,
+            price: None,
         }
+    }
+
+    /// Reports `price` as the model's (so a scripted run has a cost and `max_cost_usd` applies).
+    pub fn with_price(mut self, price: crate::cost::Price) -> Self {
+        self.price = Some(price);
+        self
     }
 
     /// Stops recording requests (for long benchmarks).
@@ -99,6 +107,10 @@ impl ScriptedModel {
 
 #[async_trait]
 impl Model for ScriptedModel {
+    fn price(&self) -> Option<crate::cost::Price> {
+        self.price
+    }
+
     async fn generate(&self, request: &ModelRequest, cancel: &CancellationToken) -> Result<ModelResponse, ModelError> {
         let n = {
             let mut calls = self.calls.lock().map_err(|_| ModelError::Failed("scripted model lock poisoned".into()))?;

@@ -214,6 +214,9 @@ pub fn check_response(r: &ModelResponse) -> Result<(), ResponseError> {
         if u.cached_input_tokens > u.input_tokens {
             return Err(ResponseError("usage: cached input tokens exceed input tokens".into()));
         }
+        if u.cache_write_tokens > u.input_tokens - u.cached_input_tokens {
+            return Err(ResponseError("usage: cache reads plus cache writes exceed input tokens".into()));
+        }
         if u.reasoning_tokens > u.output_tokens {
             return Err(ResponseError("usage: reasoning tokens exceed output tokens".into()));
         }
@@ -309,10 +312,20 @@ fn parse_usage(v: &Value) -> Result<Usage, ResponseError> {
             Some(other) => Err(ResponseError(format!("usage {name} is a number, not {}", kind(other)))),
         }
     };
+    let cached = match (m.get("cached_input_tokens"), m.get("cache_read_tokens")) {
+        (Some(a), Some(b)) if !a.is_null() && !b.is_null() && a != b => {
+            return Err(ResponseError(
+                "usage: cached_input_tokens and cache_read_tokens name one count, and differ".into(),
+            ));
+        }
+        (Some(a), _) if !a.is_null() => count("cached_input_tokens", false)?,
+        _ => count("cache_read_tokens", false)?,
+    };
     Ok(Usage {
         input_tokens: count("input_tokens", true)?,
         output_tokens: count("output_tokens", true)?,
-        cached_input_tokens: count("cached_input_tokens", false)?,
+        cached_input_tokens: cached,
+        cache_write_tokens: count("cache_write_tokens", false)?,
         reasoning_tokens: count("reasoning_tokens", false)?,
     })
 }

@@ -200,6 +200,13 @@ impl AgentBuilder {
         if self.agent.context.max_context == Some(0) {
             return Err(ConfigError("the context budget must be at least 1".into()));
         }
+        if let Some(max) = self.agent.limits.max_cost_usd {
+            if self.agent.model.price().is_none() {
+                return Err(ConfigError(format!(
+                    "max_cost_usd ${max} needs a model whose price is known (a script model takes one from `[provider] price`)"
+                )));
+            }
+        }
         let at = self.agent.context.compact_at;
         if !(at.is_finite() && at > 0.0 && at <= 1.0) {
             return Err(ConfigError(format!("compact_at must lie in (0, 1], not {at}")));
@@ -418,6 +425,8 @@ impl Agent {
             steps: 0,
             tool_calls: 0,
             usage: Default::default(),
+            cost_usd: None,
+            finish_reason: None,
             run_id: String::new(),
             session_id: None,
             instructions: self.instructions.as_deref().map(str::to_owned),
@@ -491,6 +500,7 @@ impl Agent {
         info: &ModelIdentity,
     ) -> Outcome {
         let started = Instant::now();
+        state.set_prices(self.model.price(), self.compact_model.as_ref().and_then(|m| m.price()));
         let limits = state.limits().clone();
         let deadline = limits.timeout.and_then(|d| started.checked_add(d)).map(tokio::time::Instant::from_std);
         let run_cancel = cancel.child_token();
@@ -635,10 +645,11 @@ impl Agent {
                     }
                     spans::chat_response(&chat, response.as_ref(), self.include_content, None);
                     let answered = response.is_ok();
-                    let summary = response
-                        .as_ref()
-                        .ok()
-                        .map(|r| (r.usage, r.tool_calls.len(), self.include_content.then(|| r.text.clone())));
+                    let summary = response.as_ref().ok().filter(|_| emitter.active()).map(|r| {
+                        let cost_usd = state.price().zip(r.usage.as_ref()).map(|(p, u)| p.cost(u));
+                        let text = self.include_content.then(|| r.text.clone());
+                        (r.usage, r.tool_calls.len(), text, r.finish_reason.clone(), cost_usd)
+                    });
                     let admission = state.on_model_response(response, &registry, self.policy.as_deref(), &self.context);
                     if answered && !chat.is_disabled() && matches!(admission, Admission::Ended(Status::ModelError)) {
                         let error = state.outcome().error.unwrap_or_default();
@@ -651,9 +662,17 @@ impl Agent {
                                 let error = state.outcome().error.unwrap_or_default();
                                 emitter.emit_at(EventKind::ModelError { step, duration_ms: ms(elapsed), error }, t1);
                             }
-                            (_, Some((usage, tool_calls, text))) => {
+                            (_, Some((usage, tool_calls, text, finish_reason, cost_usd))) => {
                                 emitter.emit_at(
-                                    EventKind::ModelEnd { step, duration_ms: ms(elapsed), usage, tool_calls, text },
+                                    EventKind::ModelEnd {
+                                        step,
+                                        duration_ms: ms(elapsed),
+                                        usage,
+                                        tool_calls,
+                                        text,
+                                        finish_reason,
+                                        cost_usd,
+                                    },
                                     t1,
                                 );
                             }
@@ -929,6 +948,7 @@ impl Agent {
             steps: outcome.steps,
             tool_calls: outcome.tool_calls,
             usage: outcome.usage,
+            cost_usd: outcome.cost_usd,
             duration_ms: ms(started.elapsed()),
             compactions: outcome.compactions,
             error: outcome.error.clone(),

@@ -8,10 +8,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::approval::{ApprovalDecision, DecisionError, PendingCall, Verdict, arguments_hash};
 use crate::context::{ContextConfig, ContextStrategy, DEFAULT_SUMMARY_PROMPT, bound_text, bound_to_units, fair_shares};
+use crate::cost::Price;
 use crate::hook::PreTool;
 use crate::limits::{ConfigError, Limits};
 use crate::message::{Message, ToolCall, ToolResult};
-use crate::model::{ModelError, ModelRequest, ModelResponse};
+use crate::model::{FinishReason, ModelError, ModelRequest, ModelResponse};
 use crate::outcome::{Outcome, Status};
 use crate::output::{FINAL_ANSWER_TOOL, OutputSchema, OutputState, WRAPPED_KEY, json_in_text, reminder};
 use crate::policy::{Decision, Policy};
@@ -203,6 +204,17 @@ pub struct RunState {
     /// The output schema's part of the state, when the run has one (see [`crate::output`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     output: Option<OutputState>,
+    /// The price of the run's model and of the model that writes summaries (see [`RunState::set_prices`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    price: Option<Price>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    compact_price: Option<Price>,
+    /// What the run cost so far, in US dollars (with a price).
+    #[serde(default)]
+    cost_usd: f64,
+    /// Why the last model response stopped, where it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    finish_reason: Option<FinishReason>,
     phase: Phase,
     /// The batch left waiting when the run ended `awaiting_approval`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -235,6 +247,10 @@ impl RunState {
             usage: UsageTotals::default(),
             compactions: 0,
             output: None,
+            price: None,
+            compact_price: None,
+            cost_usd: 0.0,
+            finish_reason: None,
             phase: Phase::Ready,
             awaiting: Vec::new(),
         })
@@ -270,6 +286,10 @@ impl RunState {
             usage: UsageTotals::default(),
             compactions: 0,
             output: None,
+            price: None,
+            compact_price: None,
+            cost_usd: 0.0,
+            finish_reason: None,
             phase: Phase::Ready,
             awaiting: Vec::new(),
         })
@@ -308,6 +328,30 @@ impl RunState {
     /// Whether the run's output validated: `None` when the run has no output schema.
     pub fn output_valid(&self) -> Option<bool> {
         self.output.as_ref().map(|o| o.value.is_some())
+    }
+
+    /// Sets the prices the run's usage is charged at: the model's, and the summary model's (`None`: the
+    /// model's). Without a price the run's cost is unknown and `max_cost_usd` cannot be checked.
+    pub fn set_prices(&mut self, model: Option<Price>, compact_model: Option<Price>) {
+        self.price = model;
+        self.compact_price = compact_model;
+    }
+
+    /// The price of the run's model, if known.
+    pub fn price(&self) -> Option<&Price> {
+        self.price.as_ref()
+    }
+
+    /// What the run cost so far in US dollars, when the model's price is known.
+    pub fn cost_usd(&self) -> Option<f64> {
+        self.price.map(|_| self.cost_usd)
+    }
+
+    /// Adds one call's cost at `price` (nothing without usage or price).
+    fn charge(&mut self, price: Option<Price>, usage: Option<&crate::usage::Usage>) {
+        if let (Some(p), Some(u)) = (price, usage) {
+            self.cost_usd += p.cost(u);
+        }
     }
 
     /// The run's instructions, if any.
@@ -581,6 +625,7 @@ impl RunState {
             Ok(r) => {
                 if let Some(usage) = self.usage.add(r.usage.as_ref()) {
                     self.usage = usage;
+                    self.charge(self.compact_price.or(self.price), r.usage.as_ref());
                 }
                 if !r.tool_calls.is_empty() {
                     Err("the summary call answered with tool calls".to_owned())
@@ -618,6 +663,8 @@ impl RunState {
         };
         if let Some(detail) = self.token_limit_hit() {
             self.end(Status::TokenLimit, None, Some(detail));
+        } else if let Some(detail) = self.cost_limit_hit() {
+            self.end(Status::CostLimit, None, Some(detail));
         }
         Some(done)
     }
@@ -652,8 +699,13 @@ impl RunState {
             return self.end(Status::ModelError, None, Some("invalid usage: the run's token totals overflow".into()));
         };
         self.usage = usage;
+        self.charge(self.price, response.usage.as_ref());
+        self.finish_reason = response.finish_reason.clone();
         if let Some(detail) = self.token_limit_hit() {
             return self.end(Status::TokenLimit, None, Some(detail));
+        }
+        if let Some(detail) = self.cost_limit_hit() {
+            return self.end(Status::CostLimit, None, Some(detail));
         }
         let ModelResponse { text, tool_calls, .. } = response;
         let counter = ctx.counter.as_ref();
@@ -667,7 +719,10 @@ impl RunState {
             if let Err(e) = self.transcript.push_assistant(text.clone(), Vec::new(), counter) {
                 return self.end(Status::ModelError, None, Some(e.to_string()));
             }
-            return self.end(Status::Completed, Some(text), None);
+            return match final_status(self.finish_reason.as_ref()) {
+                None => self.end(Status::Completed, Some(text), None),
+                Some((status, why)) => self.end(status, Some(text), Some(why)),
+            };
         }
         self.admit_calls(text, tool_calls, registry, policy, ctx)
     }
@@ -1053,6 +1108,10 @@ impl RunState {
             usage: UsageTotals::default(),
             compactions: 0,
             output: None,
+            price: None,
+            compact_price: None,
+            cost_usd: 0.0,
+            finish_reason: None,
             phase: Phase::AwaitingTools { plans, assistant_size, edits },
             awaiting: Vec::new(),
         })
@@ -1094,6 +1153,12 @@ impl RunState {
             }
         }
         None
+    }
+
+    fn cost_limit_hit(&self) -> Option<String> {
+        let max = self.limits.max_cost_usd?;
+        let cost = self.cost_usd().filter(|c| *c > max)?;
+        Some(format!("cost limit: the run cost ${cost:.6}, over max_cost_usd ${max}; the turn was not recorded"))
     }
 
     /// Records the results of the admitted batch, in call order. `None` marks a call that did not finish:
@@ -1205,6 +1270,8 @@ impl RunState {
             steps: self.steps,
             tool_calls: self.tool_calls,
             usage: self.usage,
+            cost_usd: self.cost_usd(),
+            finish_reason: self.finish_reason.clone(),
             run_id: self.run_id.clone(),
             session_id: None,
             instructions: self.instructions.as_deref().map(str::to_owned),
@@ -1213,6 +1280,26 @@ impl RunState {
             pending: self.awaiting.clone(),
             messages,
         }
+    }
+}
+
+/// The status of a final answer that did not end naturally, and why: cut by the response cap
+/// (`truncated`), refused or filtered (`refused`). `None`: completed.
+fn final_status(finish: Option<&FinishReason>) -> Option<(Status, String)> {
+    match finish? {
+        FinishReason::Length => Some((
+            Status::Truncated,
+            "the answer was cut by the response cap (finish reason `length`): raise the response cap (--max-response-tokens, [provider] max_response_tokens); the partial answer is kept".to_owned(),
+        )),
+        FinishReason::Refusal => Some((
+            Status::Refused,
+            "the model refused to answer (finish reason `refusal`); what it said is kept".to_owned(),
+        )),
+        FinishReason::ContentFilter => Some((
+            Status::Refused,
+            "a content filter cut the answer (finish reason `content_filter`); the partial answer is kept".to_owned(),
+        )),
+        FinishReason::Stop | FinishReason::ToolCalls | FinishReason::Other(_) => None,
     }
 }
 

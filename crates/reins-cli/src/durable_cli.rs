@@ -116,7 +116,7 @@ fn show_outcome(outcome: &Outcome, json: bool, output: Option<&PathBuf>) -> Resu
         crate::run::write_outcome(path, outcome)?;
     }
     if json {
-        let v = crate::providers_cli::outcome_json(outcome).map_err(|e| CliError::Internal(e.into()))?;
+        let v = serde_json::to_value(outcome).map_err(|e| CliError::Internal(e.into()))?;
         jsonln!("{v}");
     } else {
         crate::render::summary(outcome);

@@ -71,12 +71,18 @@ fn call(id: &str, name: &str, args: serde_json::Value) -> ToolCall {
 }
 
 fn usage(i: u64, o: u64, cached: u64) -> Option<Usage> {
-    Some(Usage { input_tokens: i, output_tokens: o, cached_input_tokens: cached, reasoning_tokens: 0 })
+    Some(Usage {
+        input_tokens: i,
+        output_tokens: o,
+        cached_input_tokens: cached,
+        cache_write_tokens: 0,
+        reasoning_tokens: 0,
+    })
 }
 
 /// Prices that make every step's cost known.
 pub fn prices() -> Prices {
-    Prices { input_per_mtok: 1.25, output_per_mtok: 10.0, cached_input_per_mtok: 0.125 }
+    Prices { input_per_mtok: 1.25, output_per_mtok: 10.0, cached_input_per_mtok: 0.125, cache_write_per_mtok: None }
 }
 
 fn runtime() -> tokio::runtime::Runtime {

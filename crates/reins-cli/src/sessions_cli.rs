@@ -368,7 +368,7 @@ fn one_line(s: &str) -> std::borrow::Cow<'_, str> {
 fn print_message(index: u64, m: &Message) {
     use crate::render::preview;
     match m {
-        Message::User { content } => outln!("  [{index}] user: {}", preview(content)),
+        Message::User { content, .. } => outln!("  [{index}] user: {}", preview(content)),
         Message::Assistant { content, tool_calls } => {
             if !content.is_empty() || tool_calls.is_empty() {
                 outln!("  [{index}] assistant: {}", preview(content));

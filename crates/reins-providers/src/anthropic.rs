@@ -49,7 +49,16 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
     let mut messages: Vec<Value> = Vec::with_capacity(req.messages.len());
     for m in req.messages.iter() {
         match m {
-            Message::User { content } | Message::Summary { content, .. } => {
+            Message::User { content, images } if !images.is_empty() => {
+                for block in crate::media::anthropic_blocks(content, images) {
+                    if messages.last().is_some_and(|l| l["role"] == "user") {
+                        push_user(&mut messages, block);
+                    } else {
+                        messages.push(json!({"role": "user", "content": [block]}));
+                    }
+                }
+            }
+            Message::User { content, .. } | Message::Summary { content, .. } => {
                 if messages.last().is_some_and(|l| l["role"] == "user") {
                     push_user(&mut messages, json!({"type": "text", "text": content}));
                 } else {
@@ -72,6 +81,9 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
             }
             Message::ToolResult(r) => {
                 let mut block = json!({"type": "tool_result", "tool_use_id": r.call_id, "content": r.content});
+                if !r.images.is_empty() {
+                    block["content"] = crate::media::anthropic_blocks(&r.content, &r.images).into();
+                }
                 if r.is_error {
                     block["is_error"] = true.into();
                 }

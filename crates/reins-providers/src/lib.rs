@@ -21,6 +21,7 @@
 //! [`model_info`] knows the context window and price of common models, [`cost`] prices a run's usage.
 
 pub mod anthropic;
+mod media;
 pub mod openai_chat;
 pub mod openai_responses;
 mod pricing;

@@ -17,9 +17,16 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
     if let Some(instructions) = &req.instructions {
         messages.push(json!({"role": "system", "content": &**instructions}));
     }
+    let mut tool_images = crate::media::ChatToolImages::default();
     for m in req.messages.iter() {
+        if !matches!(m, Message::ToolResult(_)) {
+            tool_images.flush(&mut messages);
+        }
         messages.push(match m {
-            Message::User { content } | Message::Summary { content, .. } => {
+            Message::User { content, images } if !images.is_empty() => {
+                json!({"role": "user", "content": crate::media::chat_parts(content, images)})
+            }
+            Message::User { content, .. } | Message::Summary { content, .. } => {
                 json!({"role": "user", "content": content})
             }
             Message::Assistant { content, tool_calls } => {
@@ -40,13 +47,22 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
                 }
                 Value::Object(o)
             }
-            Message::ToolResult(r) => json!({"role": "tool", "tool_call_id": r.call_id, "content": r.content}),
+            Message::ToolResult(r) => {
+                tool_images.add(&r.call_id, &r.images);
+                json!({"role": "tool", "tool_call_id": r.call_id, "content": r.content})
+            }
         });
     }
+    tool_images.flush(&mut messages);
     let mut b = Map::new();
     b.insert("model".into(), s.model.clone().into());
     b.insert("messages".into(), messages.into());
-    if !req.tools.is_empty() {
+    if let Some(schema) = crate::media::native_output(&req.tools) {
+        b.insert(
+            "response_format".into(),
+            json!({"type": "json_schema", "json_schema": {"name": reins::FINAL_ANSWER_TOOL, "schema": schema, "strict": false}}),
+        );
+    } else if !req.tools.is_empty() {
         let tools = req
             .tools
             .iter()

@@ -17,7 +17,10 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
     let mut input = Vec::with_capacity(req.messages.len());
     for m in req.messages.iter() {
         match m {
-            Message::User { content } | Message::Summary { content, .. } => {
+            Message::User { content, images } if !images.is_empty() => input.push(
+                json!({"type": "message", "role": "user", "content": crate::media::responses_parts(content, images)}),
+            ),
+            Message::User { content, .. } | Message::Summary { content, .. } => {
                 input.push(json!({"type": "message", "role": "user", "content": content}))
             }
             Message::Assistant { content, tool_calls } => {
@@ -30,7 +33,9 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
                 }
             }
             Message::ToolResult(r) => {
-                input.push(json!({"type": "function_call_output", "call_id": r.call_id, "output": r.content}))
+                let output =
+                    if r.images.is_empty() { r.content.clone().into() } else { crate::media::responses_parts(&r.content, &r.images) };
+                input.push(json!({"type": "function_call_output", "call_id": r.call_id, "output": output}))
             }
         }
     }
@@ -40,7 +45,12 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
         b.insert("instructions".into(), (**instructions).into());
     }
     b.insert("input".into(), input.into());
-    if !req.tools.is_empty() {
+    if let Some(schema) = crate::media::native_output(&req.tools) {
+        b.insert(
+            "text".into(),
+            json!({"format": {"type": "json_schema", "name": reins::FINAL_ANSWER_TOOL, "schema": schema, "strict": false}}),
+        );
+    } else if !req.tools.is_empty() {
         let tools = req
             .tools
             .iter()

@@ -301,3 +301,32 @@ async fn cancellation_mid_stream_stops_the_generation() {
         assert!(freed, "{api:?}: the server stopped generating after the cancellation");
     }
 }
+
+/// Structured output against the real server: with no other tool on offer, the Chat adapter sends the output
+/// schema (the `final_answer` tool's) as the native `response_format` JSON schema, llama.cpp constrains the
+/// answer to it, and the run completes with the validated `output`. (The tool route is not reliable with this
+/// 270M base model: asked for `final_answer` with `tool_choice` required and no prefill, it writes free text.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_with_an_output_schema_completes_with_valid_output() {
+    let _serial = SERIAL.lock().await;
+    let url = llama_url().await;
+    let schema = reins::OutputSchema::new(json!({
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "sunny": {"type": "boolean"}},
+        "required": ["city", "sunny"],
+        "additionalProperties": false,
+    }))
+    .unwrap();
+    let agent = Agent::builder(provider(Api::OpenAiChat, &url, false, 64, ToolChoice::Auto))
+        .output_schema(schema)
+        .limits(Limits { max_steps: Some(3), ..Limits::default() })
+        .build()
+        .unwrap();
+    let o = tokio::time::timeout(LIMIT, agent.run("Is it sunny in Paris?", CancellationToken::new()))
+        .await
+        .expect("the run ended within the time limit");
+    assert_eq!(o.status, Status::Completed, "{:?} {:#?}", o.error, o.messages);
+    let output = o.output.unwrap_or_else(|| panic!("a valid output: {:#?}", o.messages));
+    assert!(output["city"].is_string() && output["sunny"].is_boolean(), "{output}");
+    assert_eq!(output.as_object().map(|m| m.len()), Some(2), "{output}");
+}

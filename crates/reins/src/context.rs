@@ -16,6 +16,61 @@ pub trait TokenCounter: Send + Sync {
     }
     /// The unit, for messages: `"characters"` or `"tokens"`.
     fn unit(&self) -> &'static str;
+    /// The size of an image: its token cost under OpenAI's tiles (see [`ImageCost`]); in characters, four
+    /// per token. [`WithImageCost`] counts another API's way.
+    fn count_image(&self, image: &crate::image::Image) -> u64 {
+        image_units(self.unit(), image.tokens(ImageCost::OpenAiTiles))
+    }
+}
+
+pub use crate::image::ImageCost;
+
+/// Characters per token where an image's token cost is taken off a budget in characters.
+pub const CHARS_PER_IMAGE_TOKEN: u64 = 4;
+
+fn image_units(unit: &str, tokens: u64) -> u64 {
+    if unit == "tokens" { tokens } else { tokens.saturating_mul(CHARS_PER_IMAGE_TOKEN) }
+}
+
+/// A counter that sizes images at a given API's cost (text as the inner counter does).
+///
+/// ```
+/// use reins::{TokenCounter, context::{ImageCost, WithImageCost}};
+/// let c = WithImageCost::new(std::sync::Arc::new(reins::CharCounter), ImageCost::Anthropic);
+/// assert_eq!(c.count("abc"), 3);
+/// ```
+#[derive(Clone)]
+pub struct WithImageCost {
+    inner: Arc<dyn TokenCounter>,
+    cost: ImageCost,
+}
+
+impl WithImageCost {
+    /// `inner`, with images at `cost`.
+    pub fn new(inner: Arc<dyn TokenCounter>, cost: ImageCost) -> Self {
+        Self { inner, cost }
+    }
+}
+
+impl std::fmt::Debug for WithImageCost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WithImageCost({}, {:?})", self.inner.unit(), self.cost)
+    }
+}
+
+impl TokenCounter for WithImageCost {
+    fn count(&self, text: &str) -> u64 {
+        self.inner.count(text)
+    }
+    fn count_json(&self, value: &serde_json::Value) -> u64 {
+        self.inner.count_json(value)
+    }
+    fn unit(&self) -> &'static str {
+        self.inner.unit()
+    }
+    fn count_image(&self, image: &crate::image::Image) -> u64 {
+        image_units(self.inner.unit(), image.tokens(self.cost))
+    }
 }
 
 /// Counts Unicode scalar values (Rust `char`s): the default unit.

@@ -29,6 +29,7 @@ pub mod cost;
 pub mod engine;
 pub mod events;
 pub mod hook;
+pub mod image;
 pub mod journal;
 pub mod limits;
 pub mod message;
@@ -60,6 +61,7 @@ pub use engine::perform::{Direct, ModelStep, Performer, ToolStep, idempotency_ke
 pub use engine::state::{Action, Admission, Batch, CallResult, Compaction, Plan, PlannedCall, RunState};
 pub use events::{ApprovalCall, EVENT_VERSION, Event, EventKind, Observer, ObserverError};
 pub use hook::{Hook, HookAnswer, HookContext, HookError, HookEvent, HookResult, PostTool, PreTool, StopAnswer};
+pub use image::{Image, ImageCost, ImageError, ImageFormat, MAX_IMAGE_BYTES};
 pub use journal::{Journal, JournalError, RunJournal};
 pub use limits::{ConfigError, DurationError, Limits, MIN_DURATION, parse_duration};
 pub use message::{Message, ToolCall, ToolResult};

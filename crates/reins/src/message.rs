@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::image::Image;
+
 /// One tool call proposed by a model. Its `arguments` are untrusted until the registry validated them.
 ///
 /// ```
@@ -34,11 +36,21 @@ pub struct ToolResult {
     pub content: String,
     /// True when the call failed, was refused, timed out or was aborted.
     pub is_error: bool,
+    /// Images the tool returned, after the text (absent from the JSON form when there are none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<Image>,
+}
+
+impl ToolResult {
+    /// A text result.
+    pub fn new(call_id: impl Into<String>, content: impl Into<String>, is_error: bool) -> Self {
+        Self { call_id: call_id.into(), content: content.into(), is_error, images: Vec::new() }
+    }
 }
 
 /// One item of a transcript.
 ///
-/// Serialized as `{"role": "user", "content"}`, `{"role": "assistant", "content", "tool_calls"}` (no
+/// Serialized as `{"role": "user", "content"}` (plus `"images"` when it has any: see [`Image`]), `{"role": "assistant", "content", "tool_calls"}` (no
 /// `tool_calls` key when there are none), `{"role": "tool", "call_id", "content", "is_error"}` or
 /// `{"role": "summary", "content", "replaces"}` (a compaction: it stands for the `replaces` items right
 /// after the first message; adapters send it as a user message).
@@ -49,6 +61,9 @@ pub enum Message {
     User {
         /// The prompt text.
         content: String,
+        /// Images shown with the text (absent from the JSON form when there are none).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<Image>,
     },
     /// A model turn: text and the tool calls it proposes.
     Assistant {
@@ -75,7 +90,12 @@ pub enum Message {
 impl Message {
     /// A user message.
     pub fn user(content: impl Into<String>) -> Self {
-        Message::User { content: content.into() }
+        Message::User { content: content.into(), images: Vec::new() }
+    }
+
+    /// A user message with images.
+    pub fn user_with_images(content: impl Into<String>, images: Vec<Image>) -> Self {
+        Message::User { content: content.into(), images }
     }
 
     /// An assistant message.
@@ -85,7 +105,7 @@ impl Message {
 
     /// A tool result message.
     pub fn tool_result(call_id: impl Into<String>, content: impl Into<String>, is_error: bool) -> Self {
-        Message::ToolResult(ToolResult { call_id: call_id.into(), content: content.into(), is_error })
+        Message::ToolResult(ToolResult::new(call_id, content, is_error))
     }
 
     /// The role name used in the serialized form: `user`, `assistant`, `tool` or `summary`.
@@ -101,10 +121,19 @@ impl Message {
     /// The message's text content.
     pub fn content(&self) -> &str {
         match self {
-            Message::User { content } | Message::Assistant { content, .. } | Message::Summary { content, .. } => {
+            Message::User { content, .. } | Message::Assistant { content, .. } | Message::Summary { content, .. } => {
                 content
             }
             Message::ToolResult(r) => &r.content,
+        }
+    }
+
+    /// The images of a user message or a tool result (empty for other roles).
+    pub fn images(&self) -> &[Image] {
+        match self {
+            Message::User { images, .. } => images,
+            Message::ToolResult(r) => &r.images,
+            _ => &[],
         }
     }
 

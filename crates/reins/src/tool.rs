@@ -28,14 +28,32 @@ pub enum ToolOutput {
     Text(String),
     /// A JSON value: a string is recorded as the string itself, anything else as compact JSON.
     Json(serde_json::Value),
+    /// Text and images: the model is shown the text, then the images (each adapter in its API's own form).
+    Parts {
+        /// The text (may be empty).
+        text: String,
+        /// The images, in order.
+        images: Vec<crate::image::Image>,
+    },
 }
 
 impl ToolOutput {
-    /// The text the model is shown (before bounding).
+    /// An image alone.
+    pub fn image(image: crate::image::Image) -> Self {
+        ToolOutput::Parts { text: String::new(), images: vec![image] }
+    }
+
+    /// The text the model is shown (before bounding); images are left out.
     pub fn into_text(self) -> String {
+        self.into_parts().0
+    }
+
+    /// The text the model is shown (before bounding) and the images.
+    pub fn into_parts(self) -> (String, Vec<crate::image::Image>) {
         match self {
-            ToolOutput::Text(s) | ToolOutput::Json(serde_json::Value::String(s)) => s,
-            ToolOutput::Json(v) => v.to_string(),
+            ToolOutput::Text(s) | ToolOutput::Json(serde_json::Value::String(s)) => (s, Vec::new()),
+            ToolOutput::Json(v) => (v.to_string(), Vec::new()),
+            ToolOutput::Parts { text, images } => (text, images),
         }
     }
 }

@@ -64,6 +64,9 @@ impl TryFrom<TranscriptRepr> for Transcript {
 /// The size of a message in the counter's unit: its text, and the name and JSON arguments of each call.
 pub fn measure(message: &Message, counter: &dyn TokenCounter) -> u64 {
     let mut n = counter.count(message.content());
+    for image in message.images() {
+        n = n.saturating_add(counter.count_image(image));
+    }
     for call in message.tool_calls() {
         n = n.saturating_add(counter.count(&call.name));
         n = n.saturating_add(counter.count_json(&call.arguments));
@@ -87,6 +90,15 @@ impl Transcript {
         let first = Message::user(prompt);
         let size = measure(&first, counter);
         Transcript::starting_with(first, size)
+    }
+
+    /// A transcript holding one user message with images (`first` must be a user message).
+    pub fn with_first(first: Message, counter: &dyn TokenCounter) -> Result<Self, TranscriptError> {
+        if !matches!(first, Message::User { .. }) {
+            return Err(TranscriptError { index: 0, reason: "the first message must be the user's".into() });
+        }
+        let size = measure(&first, counter);
+        Ok(Transcript::starting_with(first, size))
     }
 
     /// A transcript of its first message alone, measured as `size`.

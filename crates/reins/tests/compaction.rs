@@ -439,16 +439,16 @@ fn a_summary_that_splits_a_group_or_leaves_the_older_summary_is_refused() {
     t.push_assistant(String::new(), vec![echo_call("a", "1")], c).unwrap();
     // Not while a call waits for its result.
     assert!(t.push_summary("S", 1, c).is_err());
-    t.push_result(reins::ToolResult { call_id: "a".into(), content: "1".into(), is_error: false }, c).unwrap();
+    t.push_result(reins::ToolResult::new("a", "1", false), c).unwrap();
     t.push_assistant(String::new(), vec![echo_call("b", "2")], c).unwrap();
-    t.push_result(reins::ToolResult { call_id: "b".into(), content: "2".into(), is_error: false }, c).unwrap();
+    t.push_result(reins::ToolResult::new("b", "2", false), c).unwrap();
     // Not in the middle of a group (item 2 is the result of a).
     assert!(t.push_summary("S", 1, c).is_err());
     // Not more than precedes it.
     assert!(t.push_summary("S", 5, c).is_err());
     t.push_summary("S", 2, c).unwrap();
     t.push_assistant(String::new(), vec![echo_call("c", "3")], c).unwrap();
-    t.push_result(reins::ToolResult { call_id: "c".into(), content: "3".into(), is_error: false }, c).unwrap();
+    t.push_result(reins::ToolResult::new("c", "3", false), c).unwrap();
     // A later summary must replace the earlier one too (item 5).
     assert!(t.push_summary("S2", 2, c).is_err());
     // Nor end inside a group (item 7 is the result of c).

@@ -94,7 +94,7 @@ fn transcript(groups: usize) -> Transcript {
     for i in 0..groups {
         t.push_assistant(String::new(), vec![echo_call(&format!("c{i}"), "x")], &c).unwrap();
         t.push_result(
-            reins::ToolResult { call_id: format!("c{i}"), content: "0123456789".into(), is_error: false },
+            reins::ToolResult::new(format!("c{i}"), "0123456789", false),
             &c,
         )
         .unwrap();

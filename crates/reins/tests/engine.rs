@@ -489,7 +489,7 @@ async fn the_run_state_serializes_and_resumes_mid_run() {
     };
     assert_eq!(ids, ["1", "2"]);
     restored.record_batch(
-        vec![Some(reins::CallResult { content: "a".into(), is_error: false }), None],
+        vec![Some(reins::CallResult::text("a", false)), None],
         "interrupted",
         None,
         &ctx,

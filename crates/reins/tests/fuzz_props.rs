@@ -203,7 +203,7 @@ fn into_outcome_equals_outcome() {
     state.on_model_response(Ok(ModelResponse::tool_calls("", vec![call])), &registry, None, &ctx);
     let results = match state.next_action(&registry, &ctx) {
         Action::RunTools(batch) => {
-            batch.iter().map(|_| Some(CallResult { content: "r".into(), is_error: true })).collect()
+            batch.iter().map(|_| Some(CallResult::text("r", true))).collect()
         }
         other => panic!("a batch is due, not {other:?}"),
     };

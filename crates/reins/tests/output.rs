@@ -122,7 +122,7 @@ async fn plain_text_is_reminded_once_then_the_tool_answer_is_taken() {
     let o = run(&agent).await;
     is_status(&o, Status::Completed);
     assert_eq!(o.steps, 2, "the reminded answer counts as a step");
-    let Message::User { content } = &o.messages[2] else { panic!("{:?}", o.messages) };
+    let Message::User { content, .. } = &o.messages[2] else { panic!("{:?}", o.messages) };
     assert!(content.contains("final_answer"), "{content}");
     assert_eq!(o.output, Some(json!({"city": "Paris", "population": 2})));
 }

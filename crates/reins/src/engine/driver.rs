@@ -377,6 +377,22 @@ impl Agent {
         }
     }
 
+    /// Runs a prompt with images (see [`crate::Image`]): each adapter sends them after the text in its API's
+    /// own form.
+    pub async fn run_with_images(
+        &self,
+        prompt: &str,
+        images: Vec<crate::image::Image>,
+        cancel: CancellationToken,
+    ) -> Outcome {
+        let run_id = uuid::Uuid::new_v4().to_string();
+        let first = Message::user_with_images(prompt, images);
+        match RunState::new_with_message(run_id, first, self.limits.clone(), &self.context) {
+            Ok(state) => self.drive(state.with_instructions(self.instructions.clone(), &self.context), cancel).await,
+            Err(e) => self.refused(prompt, e),
+        }
+    }
+
     /// Runs `prompt` with its final answer bound to the schema of `T` (from `schemars`, in place of the
     /// agent's own output schema) and deserializes the validated output. The outcome comes with it, or
     /// with the error when the run did not end with a valid output.
@@ -1152,6 +1168,8 @@ impl Agent {
         if !matches!(p.plan, Plan::Run) {
             return result;
         }
+        // A hook sees and changes the text only: a result it replaced or redacted loses its images.
+        let mut images = result.images;
         let mut result = HookResult { content: result.content, is_error: result.is_error };
         for hook in &self.hooks {
             if !hook.applies(HookEvent::PostTool, Some(&p.call.name)) {
@@ -1178,17 +1196,20 @@ impl Agent {
                 error,
                 duration_ms: ms(t0.elapsed()),
             });
+            if !matches!(said, Ok(PostTool::Keep)) {
+                images.clear();
+            }
             result = match said {
                 Ok(answer) => crate::hook::apply_post(result, answer),
                 Err(e) => {
-                    return CallResult {
-                        content: format!("the result was withheld: post_tool hook {} failed: {e}", hook.name()),
-                        is_error: true,
-                    };
+                    return CallResult::text(
+                        format!("the result was withheld: post_tool hook {} failed: {e}", hook.name()),
+                        true,
+                    );
                 }
             };
         }
-        CallResult { content: result.content, is_error: result.is_error }
+        CallResult { content: result.content, is_error: result.is_error, images }
     }
 
     /// [`Agent::run_call`] inside the call's `execute_tool` span (a child of the run's).
@@ -1251,12 +1272,12 @@ impl Agent {
         hook_events: &mut Vec<EventKind>,
     ) -> CallResult {
         let tool = match (&p.plan, registry.get(&p.call.name)) {
-            (Plan::Reject { message }, _) => return CallResult { content: message.clone(), is_error: true },
+            (Plan::Reject { message }, _) => return CallResult::text(message.clone(), true),
             (Plan::Ask { .. }, _) => {
-                return CallResult { content: "not run: the call needed a decision".into(), is_error: true };
+                return CallResult::text("not run: the call needed a decision", true);
             }
             (Plan::Run, None) => {
-                return CallResult { content: format!("unknown tool {:?}", p.call.name), is_error: true };
+                return CallResult::text(format!("unknown tool {:?}", p.call.name), true);
             }
             (Plan::Run, Some(tool)) => tool,
         };
@@ -1301,23 +1322,23 @@ impl Agent {
             c.cancel();
         }
         match result {
-            None => CallResult {
-                content: format!(
+            None => CallResult::text(
+                format!(
                     "tool {:?} timed out after {}",
                     p.call.name,
                     self.limits.tool_timeout.map_or_else(String::new, |d| humantime::format_duration(d).to_string())
                 ),
-                is_error: true,
-            },
-            Some(Err(panic)) => CallResult {
-                content: format!("tool {:?} panicked: {}", p.call.name, panic_message(&panic)),
-                is_error: true,
-            },
-            Some(Ok(Ok(out))) => CallResult { content: out.into_text(), is_error: false },
-            Some(Ok(Err(ToolError::Cancelled))) => {
-                CallResult { content: ToolError::Cancelled.to_string(), is_error: true }
+                true,
+            ),
+            Some(Err(panic)) => {
+                CallResult::text(format!("tool {:?} panicked: {}", p.call.name, panic_message(&panic)), true)
             }
-            Some(Ok(Err(e))) => CallResult { content: e.to_string(), is_error: true },
+            Some(Ok(Ok(out))) => {
+                let (content, images) = out.into_parts();
+                CallResult { content, is_error: false, images }
+            }
+            Some(Ok(Err(ToolError::Cancelled))) => CallResult::text(ToolError::Cancelled.to_string(), true),
+            Some(Ok(Err(e))) => CallResult::text(e.to_string(), true),
         }
     }
 }

@@ -10,6 +10,7 @@ use crate::approval::{ApprovalDecision, DecisionError, PendingCall, Verdict, arg
 use crate::context::{ContextConfig, ContextStrategy, DEFAULT_SUMMARY_PROMPT, bound_text, bound_to_units, fair_shares};
 use crate::cost::Price;
 use crate::hook::PreTool;
+use crate::image::Image;
 use crate::limits::{ConfigError, Limits};
 use crate::message::{Message, ToolCall, ToolResult};
 use crate::model::{FinishReason, ModelError, ModelRequest, ModelResponse};
@@ -97,6 +98,15 @@ pub struct CallResult {
     pub content: String,
     /// True for an error result.
     pub is_error: bool,
+    /// Images the tool returned.
+    pub images: Vec<Image>,
+}
+
+impl CallResult {
+    /// A text result.
+    pub fn text(content: impl Into<String>, is_error: bool) -> Self {
+        Self { content: content.into(), is_error, images: Vec::new() }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -256,6 +266,19 @@ impl RunState {
         })
     }
 
+    /// A new run whose first message is `first` (a user message, for example with images).
+    pub fn new_with_message(
+        run_id: impl Into<String>,
+        first: Message,
+        limits: Limits,
+        ctx: &ContextConfig,
+    ) -> Result<Self, ConfigError> {
+        let mut state = Self::new(run_id, "", limits, ctx)?;
+        state.transcript =
+            Transcript::with_first(first, ctx.counter.as_ref()).map_err(|e| ConfigError(e.to_string()))?;
+        Ok(state)
+    }
+
     /// Continues from an existing transcript (for example a resumed session). A final batch without all
     /// its results is completed first with an error result for each missing call, saying `reason`.
     pub fn resume(
@@ -271,7 +294,7 @@ impl RunState {
         let missing: Vec<String> = transcript.unanswered().to_vec();
         for id in missing {
             transcript
-                .push_result(ToolResult { call_id: id, content: reason.to_owned(), is_error: true }, counter)
+                .push_result(ToolResult::new(id, reason, true), counter)
                 .map_err(|e| ConfigError(e.to_string()))?;
         }
         Ok(RunState {
@@ -577,8 +600,11 @@ impl RunState {
         text.push_str("The turns to compact, oldest first:\n<turns>\n");
         for m in items {
             match m {
-                Message::User { content } => {
+                Message::User { content, images } => {
                     let _ = writeln!(text, "[user]\n{content}");
+                    if !images.is_empty() {
+                        let _ = writeln!(text, "[{} image(s)]", images.len());
+                    }
                 }
                 Message::Assistant { content, tool_calls } => {
                     let _ = writeln!(text, "[assistant]\n{content}");
@@ -749,7 +775,7 @@ impl RunState {
                 if let Err(e) = self.transcript.push_assistant(text, tool_calls, counter) {
                     return Ok(self.end(Status::ModelError, None, Some(e.to_string())));
                 }
-                let accepted = ToolResult { call_id, content: "accepted as the final answer".into(), is_error: false };
+                let accepted = ToolResult::new(call_id, "accepted as the final answer", false);
                 if let Err(e) = self.transcript.push_result(accepted, counter) {
                     return Ok(self.end(Status::ModelError, None, Some(format!("internal: {e}"))));
                 }
@@ -763,13 +789,21 @@ impl RunState {
         // Plain text: JSON that matches the schema (an API's native JSON mode) is the output.
         let mut why = None;
         if let Some(json) = json_in_text(&text) {
-            let args = if wrapped { serde_json::json!({ WRAPPED_KEY: json }) } else { json.clone() };
+            // The tool's own arguments (an API's native format, given the tool's schema), else the bare answer.
+            let native = (wrapped && registry.check(FINAL_ANSWER_TOOL, &json).is_ok())
+                .then(|| json.get(WRAPPED_KEY).cloned())
+                .flatten();
+            let (args, value) = match native {
+                Some(v) => (json, v),
+                None if wrapped => (serde_json::json!({ WRAPPED_KEY: json.clone() }), json),
+                None => (json.clone(), json),
+            };
             match registry.check(FINAL_ANSWER_TOOL, &args) {
                 Ok(_) => {
                     if let Err(e) = self.transcript.push_assistant(text.clone(), Vec::new(), counter) {
                         return Ok(self.end(Status::ModelError, None, Some(e.to_string())));
                     }
-                    self.set_output_value(json);
+                    self.set_output_value(value);
                     return Ok(self.end(Status::Completed, Some(text), None));
                 }
                 Err(crate::registry::CallError::InvalidArguments { errors, .. }) => {
@@ -874,7 +908,7 @@ impl RunState {
             for id in self.transcript.unanswered().to_vec() {
                 let _ = self
                     .transcript
-                    .push_result(ToolResult { call_id: id, content: message.clone(), is_error: true }, counter);
+                    .push_result(ToolResult::new(id, message.clone(), true), counter);
             }
             return self.end(Status::Aborted, None, Some(format!("stopped by policy: {reason}")));
         }
@@ -1178,7 +1212,7 @@ impl RunState {
         };
         let counter = ctx.counter.as_ref();
         let mut results = results.into_iter();
-        let mut texts: Vec<(String, String, bool)> = self
+        let mut texts: Vec<(String, String, bool, Vec<Image>)> = self
             .transcript
             .unanswered()
             .iter()
@@ -1187,7 +1221,7 @@ impl RunState {
                 let mut r = results
                     .next()
                     .flatten()
-                    .unwrap_or_else(|| CallResult { content: unfinished.to_owned(), is_error: true });
+                    .unwrap_or_else(|| CallResult::text(unfinished, true));
                 if let Some(Some(e)) = edits.get(i) {
                     r.content =
                         format!("[the arguments were changed by {}: {}]\n{}", e.by, e.call.arguments, r.content);
@@ -1197,15 +1231,28 @@ impl RunState {
                     Some(max) if r.content.len() > max => bound_text(&r.content, max),
                     _ => r.content,
                 };
-                (id.clone(), content, r.is_error)
+                (id.clone(), content, r.is_error, r.images)
             })
             .collect();
         if let Some(budget) = ctx.max_context {
             let fixed = self.instructions_size.saturating_add(self.tools_size.as_ref().map_or(0, |t| t.size));
-            let available = budget
+            let mut available = budget
                 .saturating_sub(fixed)
                 .saturating_sub(self.transcript.first_size())
                 .saturating_sub(assistant_size);
+            // Images are not cut: when the batch's images do not fit with room for the texts, they are left
+            // out, and each result that had some says so.
+            let images: u64 = texts.iter().flat_map(|t| &t.3).fold(0u64, |a, i| a.saturating_add(counter.count_image(i)));
+            if images > 0 {
+                if images.saturating_add(MIN_RESULT_UNITS.saturating_mul(texts.len() as u64)) > available {
+                    for t in texts.iter_mut().filter(|t| !t.3.is_empty()) {
+                        let n = std::mem::take(&mut t.3).len();
+                        t.1.push_str(&format!("\n[{n} image(s) left out: they do not fit the context budget]"));
+                    }
+                } else {
+                    available -= images;
+                }
+            }
             let sizes: Vec<u64> = texts.iter().map(|t| counter.count(&t.1)).collect();
             if sizes.iter().fold(0u64, |a, s| a.saturating_add(*s)) > available {
                 let shares = fair_shares(&sizes, available);
@@ -1216,8 +1263,8 @@ impl RunState {
                 }
             }
         }
-        for (call_id, content, is_error) in texts {
-            if let Err(e) = self.transcript.push_result(ToolResult { call_id, content, is_error }, counter) {
+        for (call_id, content, is_error, images) in texts {
+            if let Err(e) = self.transcript.push_result(ToolResult { call_id, content, is_error, images }, counter) {
                 self.end(Status::ModelError, None, Some(format!("internal: {e}")));
                 return;
             }

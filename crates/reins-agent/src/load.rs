@@ -23,6 +23,12 @@ pub const MAX_SCRIPT_BYTES: u64 = 64 << 20;
 /// or socket is refused without blocking (it is opened non-blocking and checked before any read). The error
 /// says why without naming the file (the caller does). The CLI reads the files its flags name with it too.
 pub fn read_bounded(path: &Path, max: u64) -> Result<String, String> {
+    String::from_utf8(read_bounded_bytes(path, max)?).map_err(|e| format!("not UTF-8 text ({e})"))
+}
+
+/// Reads a file of at most `max` bytes, as [`read_bounded`] does (a regular file only, opened non-blocking),
+/// without asking for text: an image, for example.
+pub fn read_bounded_bytes(path: &Path, max: u64) -> Result<Vec<u8>, String> {
     use std::os::unix::fs::OpenOptionsExt as _;
     // O_NONBLOCK: opening a FIFO that no one writes returns at once (and is then refused) instead of waiting;
     // O_NOCTTY: a terminal device never becomes the controlling terminal.
@@ -38,7 +44,12 @@ pub fn read_bounded(path: &Path, max: u64) -> Result<String, String> {
     if meta.len() > max {
         return Err(too_big(max));
     }
-    read_capped(file, max)
+    let mut bytes = Vec::new();
+    file.take(max.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > max {
+        return Err(too_big(max));
+    }
+    Ok(bytes)
 }
 
 /// Reads `input` (standard input, an opened file) to its end as UTF-8 text, refusing more than `max` bytes

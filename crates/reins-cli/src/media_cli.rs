@@ -1,5 +1,6 @@
 //! What a run's answer must be and what it is shown besides text: `--output-schema FILE` (the key
-//! `output_schema` of the agent definition: a JSON Schema the final answer must match).
+//! `output_schema` of the agent definition: a JSON Schema the final answer must match) and `--image FILE`
+//! (images shown with the prompt: part of the prompt, not of the agent).
 
 use std::path::PathBuf;
 
@@ -16,6 +17,23 @@ pub struct MediaFlags {
     /// that fails the schema goes back to the model with the failures. The outcome's `output` holds it.
     #[arg(long, value_name = "FILE")]
     pub output_schema: Option<PathBuf>,
+    /// An image shown to the model with the prompt (repeatable): PNG, JPEG, GIF or WebP, recognized by its
+    /// bytes, a regular file of at most 5 MiB.
+    #[arg(long = "image", value_name = "FILE")]
+    pub images: Vec<PathBuf>,
+}
+
+/// The images of `--image`, read (regular files only, bounded) and checked, in order.
+pub fn images(flags: &MediaFlags) -> Result<Vec<reins::Image>, CliError> {
+    flags
+        .images
+        .iter()
+        .map(|path| {
+            let bytes = reins_agent::read_bounded_bytes(path, reins::MAX_IMAGE_BYTES as u64)
+                .map_err(|e| usage(format!("--image {}: {e}", path.display())))?;
+            reins::Image::from_bytes(bytes).map_err(|e| usage(format!("--image {}: {e}", path.display())))
+        })
+        .collect()
 }
 
 /// Puts the flags into the flags' layer of the definition. The schema is read and checked here, so a bad

@@ -171,6 +171,10 @@ pub async fn run_with(args: RunArgs, given: Option<crate::approve_cli::Given>) -
     }
     // Before the signal handlers: a Ctrl-C while the prompt is read from standard input just ends the command.
     let prompt = crate::instructions_cli::prompt(args.prompt.as_deref(), &args.instructions)?;
+    let images = crate::media_cli::images(&args.media)?;
+    if !images.is_empty() && args.store.resume.is_some() {
+        return Err(usage("--image starts a run: it cannot be given with --resume"));
+    }
     let store = crate::sessions_cli::run_store(&args.store)?;
     let session = crate::sessions_cli::resumed(store.as_ref(), &args.store)?;
     let recorded = match &session {
@@ -223,6 +227,7 @@ pub async fn run_with(args: RunArgs, given: Option<crate::approve_cli::Given>) -
             }
             agent.drive(state, cancel).await
         }
+        None if !images.is_empty() => agent.run_with_images(prompt.as_deref().unwrap_or_default(), images, cancel).await,
         None => agent.run(prompt.as_deref().unwrap_or_default(), cancel).await,
     };
     crate::mcp_cli::finish(mcp.as_ref()).await;

@@ -6,8 +6,10 @@ use serde_json::Value;
 /// Maps the JSON of a `CallToolResult` (`content`, `structuredContent`, `isError`) to what the model sees.
 ///
 /// - text blocks are joined by newlines;
-/// - images and audio become a one-line placeholder with their MIME type and size (the core has no binary
-///   content); embedded text resources contribute their text, links and binary resources their URI;
+/// - an image block whose data is a PNG, JPEG, GIF or WebP image within the image cap passes through as an
+///   image (each adapter shows it natively); any other image, and audio, becomes a one-line placeholder with
+///   its MIME type and size; embedded text resources contribute their text, links and binary resources
+///   their URI;
 /// - with no content block at all, structured content is shown as compact JSON;
 /// - `isError: true` makes a [`ToolError::Failed`] with the same text.
 ///
@@ -21,7 +23,18 @@ use serde_json::Value;
 pub fn map_call_result(result: &Value) -> Result<ToolOutput, ToolError> {
     let is_error = result.get("isError").and_then(Value::as_bool).unwrap_or(false);
     let blocks = result.get("content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    let parts: Vec<String> = blocks.iter().map(describe_block).collect();
+    let mut images = Vec::new();
+    let parts: Vec<String> = blocks
+        .iter()
+        .filter(|b| match image_of(b) {
+            Some(image) => {
+                images.push(image);
+                false
+            }
+            None => true,
+        })
+        .map(describe_block)
+        .collect();
     let structured = result.get("structuredContent");
     let text = if parts.is_empty() {
         match structured {
@@ -36,7 +49,18 @@ pub fn map_call_result(result: &Value) -> Result<ToolOutput, ToolError> {
         let text = if text.is_empty() { "the MCP tool reported an error without a message".to_owned() } else { text };
         return Err(ToolError::Failed(text));
     }
+    if !images.is_empty() {
+        return Ok(ToolOutput::Parts { text, images });
+    }
     Ok(ToolOutput::Text(text))
+}
+
+/// The image of an `image` block, when its data is one Reins takes.
+fn image_of(block: &Value) -> Option<reins::Image> {
+    if block.get("type").and_then(Value::as_str) != Some("image") {
+        return None;
+    }
+    reins::Image::from_base64(block.get("data")?.as_str()?).ok()
 }
 
 fn describe_block(block: &Value) -> String {
@@ -76,6 +100,19 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use serde_json::json;
+
+    #[test]
+    fn an_image_block_passes_through_as_an_image() {
+        let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+        let r = json!({"content": [
+            {"type": "text", "text": "a chart"},
+            {"type": "image", "data": png, "mimeType": "image/png"},
+            {"type": "image", "data": "AAAA", "mimeType": "image/png"}
+        ]});
+        let Ok(ToolOutput::Parts { text, images }) = map_call_result(&r) else { panic!("{:?}", map_call_result(&r)) };
+        assert_eq!(text, "a chart\n[image: image/png, about 3 bytes, not shown]");
+        assert_eq!(images, vec![reins::Image::from_base64(png).unwrap()]);
+    }
 
     #[test]
     fn every_kind_of_content_maps_to_text() {

@@ -199,6 +199,8 @@ fn write(conn: &Connection, at: &Placement, chunk: &Chunk, written: Delta) -> ru
 pub struct RunLog {
     session_id: String,
     recorded: usize,
+    /// The SHA-256s of the images the session holds (each is written once).
+    images: std::sync::Mutex<std::collections::HashSet<String>>,
     shared: Arc<Shared>,
     prices: Option<Prices>,
 }
@@ -295,6 +297,18 @@ impl RunJournal for RunLog {
 
     fn message(&self, index: usize, message: &Message) {
         let delta = Delta { tool_calls: message.tool_calls().len() as i64, ..Delta::default() };
+        if !message.images().is_empty() {
+            // Images are written once per session, before the item that refers to them.
+            let mut p = self.shared.lock_pending();
+            let mut seen = self.images.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Err(e) = crate::images::push_message(&mut p.chunk, &mut seen, index, message) {
+                p.error.get_or_insert_with(|| format!("cannot serialize transcript item {index}: {e}"));
+                return;
+            }
+            p.chunk.delta.add(delta);
+            p.messages = p.messages.max(i64::try_from(index).unwrap_or(i64::MAX).saturating_add(1));
+            return;
+        }
         self.record(
             kind::MESSAGE,
             Some(index),
@@ -394,6 +408,10 @@ impl RunJournal for RunLog {
 impl Journal for SessionJournal {
     async fn start(&self, state: &RunState, tools: &[ToolSpec]) -> Result<Arc<dyn RunJournal>, JournalError> {
         let initial = state.transcript().len();
+        let mut images = match &self.target {
+            Target::New => Default::default(),
+            Target::Existing { messages, .. } => crate::images::held(messages),
+        };
         let (recorded, new) = match &self.target {
             Target::New => (initial, true),
             Target::Existing { id, messages } => {
@@ -424,8 +442,7 @@ impl Journal for SessionJournal {
             .map_err(|e| JournalError(format!("cannot serialize the run: {e}")))?;
         if new {
             for (index, m) in state.transcript().conversation().iter().enumerate() {
-                first
-                    .push(kind::MESSAGE, Some(index), |out| serde_json::to_writer(out, m))
+                crate::images::push_message(&mut first, &mut images, index, m)
                     .map_err(|e| JournalError(format!("cannot serialize transcript item {index}: {e}")))?;
                 first.delta.tool_calls += m.tool_calls().len() as i64;
             }
@@ -441,7 +458,13 @@ impl Journal for SessionJournal {
         self.store
             .in_background(Box::new(move || writer(store, background, ticket)))
             .map_err(|e| JournalError(format!("cannot start the writer thread: {e}")))?;
-        Ok(Arc::new(RunLog { session_id: shared.session_id.clone(), recorded, shared, prices: self.meta.prices }))
+        Ok(Arc::new(RunLog {
+            session_id: shared.session_id.clone(),
+            recorded,
+            images: std::sync::Mutex::new(images),
+            shared,
+            prices: self.meta.prices,
+        }))
     }
 }
 

@@ -28,6 +28,7 @@
 
 mod chunk;
 mod error;
+mod images;
 mod journal;
 mod owner;
 pub mod replay;

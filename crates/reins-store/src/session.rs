@@ -21,6 +21,9 @@ pub mod kind {
     pub const EVENT: &str = "event";
     /// A run ended: its outcome without the transcript.
     pub const RUN_END: &str = "run_end";
+    /// An image, once per session: `{"sha256", "media_type", "data"}` (base64); transcript items refer to it
+    /// by `sha256`.
+    pub const IMAGE: &str = "image";
 }
 
 /// One entry of a session's log.
@@ -119,13 +122,16 @@ impl Session {
     /// it); a gap or a duplicate is reported as a damaged entry.
     pub fn messages(&self) -> Result<Vec<Message>, StoreError> {
         let mut out = Vec::new();
+        let images = crate::images::data_of(self.entries.iter().filter(|e| e.kind == kind::IMAGE).map(|e| &e.data));
         for e in self.entries.iter().filter(|e| e.kind == kind::MESSAGE) {
             if e.msg_index != Some(out.len() as u64) {
                 return Err(
                     self.bad(e.seq, format!("transcript item {:?} where item {} is due", e.msg_index, out.len()))
                 );
             }
-            let m: Message = serde_json::from_value(e.data.clone())
+            let mut data = e.data.clone();
+            crate::images::resolve(&mut data, &images).map_err(|err| self.bad(e.seq, err))?;
+            let m: Message = serde_json::from_value(data)
                 .map_err(|err| self.bad(e.seq, format!("not a transcript item: {err}")))?;
             out.push(m);
         }

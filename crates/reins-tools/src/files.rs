@@ -55,8 +55,9 @@ impl TypedTool for ReadFile {
     type Args = ReadFileArgs;
     const NAME: &'static str = "read_file";
     const DESCRIPTION: &'static str = "Read a text file in the workspace. Give `path` relative to the workspace root; \
-        optionally `start_line`/`end_line` (1-based, inclusive) for a range. Binary files and symlinks are refused; \
-        large files must be read by line range.";
+        optionally `start_line`/`end_line` (1-based, inclusive) for a range. A PNG, JPEG, GIF or WebP image (read \
+        whole) is shown to you as an image. Other binary files and symlinks are refused; large files must be read \
+        by line range.";
     const PARALLEL_SAFE: bool = true;
 
     async fn run(&self, args: ReadFileArgs, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
@@ -67,7 +68,23 @@ impl TypedTool for ReadFile {
             (None, Some(e)) => Some((1, Some(e))),
         };
         let ws = self.0.clone();
-        blocking(move || ws.read_text(&path, range).map(ToolOutput::Text).map_err(failed)).await
+        blocking(move || {
+            if range.is_none() {
+                if let Some(image) = ws.read_image(&path).map_err(failed)? {
+                    let text = format!(
+                        "{} ({}, {}x{}, {} bytes)",
+                        path,
+                        image.media_type(),
+                        image.width(),
+                        image.height(),
+                        image.data().len()
+                    );
+                    return Ok(ToolOutput::Parts { text, images: vec![image] });
+                }
+            }
+            ws.read_text(&path, range).map(ToolOutput::Text).map_err(failed)
+        })
+        .await
     }
 }
 

@@ -110,6 +110,14 @@ pub enum WorkspaceError {
     /// The file looks binary.
     #[error("`{0}` is a binary file (it contains NUL bytes); it cannot be read as text")]
     Binary(String),
+    /// The file starts like an image but is not one Reins can show.
+    #[error("`{path}` cannot be shown as an image: {reason}")]
+    Image {
+        /// The path.
+        path: String,
+        /// Why.
+        reason: String,
+    },
     /// The file is not valid UTF-8 and the operation needs exact text.
     #[error("`{0}` is not valid UTF-8 text; it cannot be edited")]
     NotUtf8(String),
@@ -625,6 +633,27 @@ impl Workspace {
         // Back to blocking reads for a regular file.
         rustix::fs::fcntl_setfl(&fd, OFlags::empty()).map_err(|e| self.map_errno(e, path, "open"))?;
         Ok((File::from(fd), st.st_size.max(0) as u64))
+    }
+
+    /// Reads an image file (PNG, JPEG, GIF or WebP, recognized by its first bytes) of at most
+    /// [`reins::MAX_IMAGE_BYTES`]; `Ok(None)` when the file is not an image (read it as text).
+    pub fn read_image(&self, path: &RelPath) -> Result<Option<reins::Image>> {
+        let (file, size) = self.open_regular(path)?;
+        let p = path.to_string();
+        let io_err = |e: std::io::Error| WorkspaceError::Io { op: "read", path: p.clone(), message: io_kind(&e) };
+        let mut head = Vec::with_capacity(16);
+        let mut file = file;
+        (&mut file).take(16).read_to_end(&mut head).map_err(io_err)?;
+        if reins::ImageFormat::sniff(&head).is_none() {
+            return Ok(None);
+        }
+        let limit = reins::MAX_IMAGE_BYTES as u64;
+        if size > limit {
+            return Err(WorkspaceError::TooLarge { path: p, size, limit });
+        }
+        let mut buf = head;
+        file.take(limit + 1 - buf.len() as u64).read_to_end(&mut buf).map_err(io_err)?;
+        reins::Image::from_bytes(buf).map(Some).map_err(|e| WorkspaceError::Image { path: p, reason: e.to_string() })
     }
 
     /// Reads a text file; with `lines = Some((first, last))` (1-based, inclusive) only those lines.

@@ -593,7 +593,7 @@ fn item(i: u64, run: u64, step: u64, data: &Value, call_names: &mut HashMap<Stri
         replaces: None,
     };
     match serde_json::from_value::<Message>(data.clone()) {
-        Ok(Message::User { content }) => base("user", &content),
+        Ok(Message::User { content, .. }) => base("user", &content),
         Ok(Message::Assistant { content, tool_calls }) => {
             call_names.clear();
             let mut v = base("assistant", &content);

@@ -36,3 +36,34 @@ pub fn check_output_schema(schema: &OutputSchema, probe: &[u8]) {
         assert!(!e.to_string().is_empty());
     }
 }
+
+/// Bytes → [`reins::image::dimensions`] and [`reins::Image::from_bytes`]: never a panic; what the sniffer
+/// names agrees with the parser and the image; an accepted image has non-zero dimensions, its SHA-256 as 64
+/// hex digits, a positive token cost under both APIs, and reads back from its JSON form. Returns whether it
+/// was accepted.
+pub fn check_image_bytes(data: &[u8]) -> bool {
+    let sniffed = reins::ImageFormat::sniff(data);
+    let dims = reins::image::dimensions(data);
+    match (&dims, sniffed) {
+        (Ok((f, w, h)), Some(s)) => {
+            assert_eq!(*f, s);
+            assert!(*w > 0 && *h > 0);
+        }
+        (Ok(_), None) => panic!("dimensions of bytes the sniffer did not recognize"),
+        (Err(reins::ImageError::UnknownFormat), s) => assert_eq!(s, None),
+        (Err(_), s) => assert!(s.is_some()),
+    }
+    let Ok(image) = reins::Image::from_bytes(data.to_vec()) else { return false };
+    let (f, w, h) = dims.expect("an accepted image has dimensions");
+    assert_eq!((image.format(), image.width(), image.height()), (f, w, h));
+    assert_eq!(image.sha256().len(), 64);
+    assert!(image.sha256().bytes().all(|b| b.is_ascii_hexdigit()));
+    for cost in [reins::ImageCost::OpenAiTiles, reins::ImageCost::Anthropic] {
+        let t = image.tokens(cost);
+        assert!(t > 0 && t <= 85 + 170 * 16, "{cost:?} {w}x{h}: {t}");
+    }
+    let json = serde_json::to_value(&image).unwrap();
+    let back: reins::Image = serde_json::from_value(json).unwrap();
+    assert_eq!(back, image);
+    true
+}

@@ -386,7 +386,8 @@ impl AgentDef {
             (None, None, None) => (None, Arc::new(CharCounter) as Arc<dyn TokenCounter>),
         };
         // Images count at the API's own cost: Anthropic's pixels / 750, else OpenAI's tiles.
-        let anthropic = self.model.as_ref().is_some_and(|m| m.kind().0 == ModelKind::Provider(reins_providers::Api::Anthropic));
+        let anthropic =
+            self.model.as_ref().is_some_and(|m| m.kind().0 == ModelKind::Provider(reins_providers::Api::Anthropic));
         let counter: Arc<dyn TokenCounter> = if anthropic {
             Arc::new(reins::context::WithImageCost::new(counter, reins::ImageCost::Anthropic))
         } else {

@@ -62,8 +62,7 @@ pub use error::{BuildError, DefError};
 pub use layers::{Entry, Layer, Origin, Resolved, defaults, resolve};
 pub use load::{
     MAX_DEFINITION_BYTES, MAX_INSTRUCTIONS_BYTES, MAX_SCRIPT_BYTES, UserConfig, absolute, agent_file, agent_file_layer,
-    read_bounded_bytes,
-    parse_toml, read_bounded, read_capped, user_config_path,
+    parse_toml, read_bounded, read_bounded_bytes, read_capped, user_config_path,
 };
 pub use output::{MAX_OUTPUT_SCHEMA_BYTES, OutputSchemaDef};
 pub use test_tools::tools as test_tools;

@@ -227,7 +227,9 @@ pub async fn run_with(args: RunArgs, given: Option<crate::approve_cli::Given>) -
             }
             agent.drive(state, cancel).await
         }
-        None if !images.is_empty() => agent.run_with_images(prompt.as_deref().unwrap_or_default(), images, cancel).await,
+        None if !images.is_empty() => {
+            agent.run_with_images(prompt.as_deref().unwrap_or_default(), images, cancel).await
+        }
         None => agent.run(prompt.as_deref().unwrap_or_default(), cancel).await,
     };
     crate::mcp_cli::finish(mcp.as_ref()).await;

@@ -6,7 +6,8 @@ use serde_json::{Value, json};
 mod common;
 use common::{Dir, reins};
 
-const PNG_1X1: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+const PNG_1X1: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
 
 fn png_bytes() -> Vec<u8> {
     reins::Image::from_base64(PNG_1X1).unwrap().data().to_vec()
@@ -70,6 +71,7 @@ fn bad_image_files_are_refused_by_the_flag() {
     }
     let png = dir.0.join("a.png");
     std::fs::write(&png, png_bytes()).unwrap();
-    let out = reins().args(["run", "--no-store", "--resume", "abc", "--image", png.to_str().unwrap()]).output().unwrap();
+    let out =
+        reins().args(["run", "--no-store", "--resume", "abc", "--image", png.to_str().unwrap()]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
 }

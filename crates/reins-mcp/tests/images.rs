@@ -29,5 +29,5 @@ async fn an_mcp_image_reaches_the_model_as_an_image() {
     assert!(!result.content().contains("not shown"), "{}", result.content());
     assert!(result.content().contains("Here's the image you requested"), "{}", result.content());
     let second = &model.requests()[1];
-    assert_eq!(second.messages.last().unwrap().images(), [image.clone()]);
+    assert_eq!(second.messages.last().unwrap().images(), std::slice::from_ref(image));
 }

@@ -33,8 +33,11 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
                 }
             }
             Message::ToolResult(r) => {
-                let output =
-                    if r.images.is_empty() { r.content.clone().into() } else { crate::media::responses_parts(&r.content, &r.images) };
+                let output = if r.images.is_empty() {
+                    r.content.clone().into()
+                } else {
+                    crate::media::responses_parts(&r.content, &r.images)
+                };
                 input.push(json!({"type": "function_call_output", "call_id": r.call_id, "output": output}))
             }
         }

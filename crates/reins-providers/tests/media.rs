@@ -20,7 +20,8 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 /// A real 1×1 PNG.
-const PNG_1X1: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+const PNG_1X1: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
 
 fn png() -> Image {
     Image::from_base64(PNG_1X1).unwrap()
@@ -64,7 +65,12 @@ fn image_request() -> ModelRequest {
 
 fn provider(api: Api, server: &Server, stream: bool) -> Provider {
     let base = if api == Api::Anthropic { server.url("") } else { server.url("/v1") };
-    Provider::builder(api, "gpt-4.1-mini").base_url(base).api_key(Some("sk-test".into())).stream(stream).build().unwrap()
+    Provider::builder(api, "gpt-4.1-mini")
+        .base_url(base)
+        .api_key(Some("sk-test".into()))
+        .stream(stream)
+        .build()
+        .unwrap()
 }
 
 fn text_reply(api: Api, stream: bool) -> Reply {
@@ -119,7 +125,8 @@ fn assert_native(api: Api, body: &Value) {
         }
         Api::Anthropic => {
             let messages = body["messages"].as_array().unwrap();
-            let image = json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_1X1}});
+            let image =
+                json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_1X1}});
             assert_eq!(messages[0]["content"][0], json!({"type": "text", "text": "What differs between these?"}));
             assert_eq!(messages[0]["content"][1], image);
             assert_eq!(messages[0]["content"][2]["source"]["media_type"], "image/gif");

@@ -131,8 +131,8 @@ impl Session {
             }
             let mut data = e.data.clone();
             crate::images::resolve(&mut data, &images).map_err(|err| self.bad(e.seq, err))?;
-            let m: Message = serde_json::from_value(data)
-                .map_err(|err| self.bad(e.seq, format!("not a transcript item: {err}")))?;
+            let m: Message =
+                serde_json::from_value(data).map_err(|err| self.bad(e.seq, format!("not a transcript item: {err}")))?;
             out.push(m);
         }
         Ok(out)

@@ -9,7 +9,8 @@ use reins::{Agent, FnTool, Image, Message, ModelResponse, Registry, ScriptedMode
 use reins_store::{SessionMeta, Store, kind};
 use tokio_util::sync::CancellationToken;
 
-const PNG_1X1: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+const PNG_1X1: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
 
 fn png() -> Image {
     Image::from_base64(PNG_1X1).unwrap()
@@ -86,7 +87,8 @@ fn images_are_stored_once_per_session_and_read_back() {
         ],
         Some(&session),
     );
-    let state = session.resume_state(reins::Limits::default(), &reins::ContextConfig::default(), Some("again")).unwrap();
+    let state =
+        session.resume_state(reins::Limits::default(), &reins::ContextConfig::default(), Some("again")).unwrap();
     let outcome = rt().block_on(b.drive(state, CancellationToken::new()));
     assert_eq!(outcome.status, Status::Completed, "{:?}", outcome.error);
     let session = store.load(&id).unwrap();
@@ -98,7 +100,8 @@ fn images_are_stored_once_per_session_and_read_back() {
 
 #[test]
 fn a_reference_to_an_image_the_session_lacks_is_a_damaged_entry() {
-    let mut item = serde_json::json!({"role": "user", "content": "x", "images": [{"sha256": "00", "media_type": "image/png"}]});
+    let mut item =
+        serde_json::json!({"role": "user", "content": "x", "images": [{"sha256": "00", "media_type": "image/png"}]});
     let err = serde_json::from_value::<Message>(item.clone()).unwrap_err();
     assert!(err.to_string().contains("data"), "{err}");
     item["images"][0]["data"] = PNG_1X1.into();

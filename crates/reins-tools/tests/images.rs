@@ -10,7 +10,8 @@ use reins_tools::{RelPath, Workspace, file_tools};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-const PNG_1X1: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+const PNG_1X1: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
 
 fn png_bytes() -> Vec<u8> {
     reins::Image::from_base64(PNG_1X1).unwrap().data().to_vec()
@@ -18,7 +19,7 @@ fn png_bytes() -> Vec<u8> {
 
 async fn read(registry: &Registry, args: serde_json::Value) -> Result<ToolOutput, reins::ToolError> {
     let tool = registry.check("read_file", &args).expect("valid call");
-    tool.call(args, ToolContext { call_id: "1".into(), cancel: CancellationToken::new() }).await
+    tool.call(args, ToolContext::new("1", CancellationToken::new())).await
 }
 
 #[tokio::test]

@@ -238,7 +238,15 @@ pub struct Image {
 
 impl std::fmt::Debug for Image {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Image({} {}x{}, {} bytes, {})", self.format.media_type(), self.width, self.height, self.data.len(), &self.sha256[..12])
+        write!(
+            f,
+            "Image({} {}x{}, {} bytes, {})",
+            self.format.media_type(),
+            self.width,
+            self.height,
+            self.data.len(),
+            &self.sha256[..12]
+        )
     }
 }
 

@@ -93,11 +93,7 @@ fn transcript(groups: usize) -> Transcript {
     let mut t = Transcript::new("first", &c);
     for i in 0..groups {
         t.push_assistant(String::new(), vec![echo_call(&format!("c{i}"), "x")], &c).unwrap();
-        t.push_result(
-            reins::ToolResult::new(format!("c{i}"), "0123456789", false),
-            &c,
-        )
-        .unwrap();
+        t.push_result(reins::ToolResult::new(format!("c{i}"), "0123456789", false), &c).unwrap();
     }
     t
 }

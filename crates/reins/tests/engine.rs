@@ -488,12 +488,7 @@ async fn the_run_state_serializes_and_resumes_mid_run() {
         a => panic!("{a:?}"),
     };
     assert_eq!(ids, ["1", "2"]);
-    restored.record_batch(
-        vec![Some(reins::CallResult::text("a", false)), None],
-        "interrupted",
-        None,
-        &ctx,
-    );
+    restored.record_batch(vec![Some(reins::CallResult::text("a", false)), None], "interrupted", None, &ctx);
     // The state carries its instructions: an agent without any still sends them.
     let model = Arc::new(ScriptedModel::new(vec![answer("done")]));
     let agent = Agent::builder_shared(model.clone()).registry(registry(&runs)).build().unwrap();

@@ -202,9 +202,7 @@ fn into_outcome_equals_outcome() {
     let Action::CallModel(first) = state.next_action(&registry, &ctx) else { panic!("a model call is due") };
     state.on_model_response(Ok(ModelResponse::tool_calls("", vec![call])), &registry, None, &ctx);
     let results = match state.next_action(&registry, &ctx) {
-        Action::RunTools(batch) => {
-            batch.iter().map(|_| Some(CallResult::text("r", true))).collect()
-        }
+        Action::RunTools(batch) => batch.iter().map(|_| Some(CallResult::text("r", true))).collect(),
         other => panic!("a batch is due, not {other:?}"),
     };
     state.record_batch(results, "unfinished", None, &ctx);

@@ -131,8 +131,18 @@ fn each_format_reads_its_dimensions_from_the_header() {
     assert_eq!((png.media_type(), png.width(), png.height()), ("image/png", 1, 1));
     let cases: [(&[u8], &str, u32, u32); 5] = [
         (b"GIF87a\x40\x01\xf0\x00", "image/gif", 320, 240),
-        (&[0xff, 0xd8, 0xff, 0xe0, 0x00, 0x04, 0, 0, 0xff, 0xc2, 0x00, 0x11, 8, 0x01, 0xe0, 0x02, 0x80], "image/jpeg", 640, 480),
-        (b"RIFF\x00\x00\x00\x00WEBPVP8X\x0a\x00\x00\x00\x00\x00\x00\x00\xff\x03\x00\xff\x02\x00", "image/webp", 1024, 768),
+        (
+            &[0xff, 0xd8, 0xff, 0xe0, 0x00, 0x04, 0, 0, 0xff, 0xc2, 0x00, 0x11, 8, 0x01, 0xe0, 0x02, 0x80],
+            "image/jpeg",
+            640,
+            480,
+        ),
+        (
+            b"RIFF\x00\x00\x00\x00WEBPVP8X\x0a\x00\x00\x00\x00\x00\x00\x00\xff\x03\x00\xff\x02\x00",
+            "image/webp",
+            1024,
+            768,
+        ),
         (b"RIFF\x00\x00\x00\x00WEBPVP8 \x00\x00\x00\x00\x00\x00\x00\x9d\x01\x2a\x10\x00\x08\x00", "image/webp", 16, 8),
         (b"RIFF\x00\x00\x00\x00WEBPVP8L\x00\x00\x00\x00\x2f\x09\x40\x01\x00", "image/webp", 10, 6),
     ];
@@ -141,7 +151,10 @@ fn each_format_reads_its_dimensions_from_the_header() {
         assert_eq!((i.media_type(), i.width(), i.height()), (mime, w, h));
         assert!(check_image_bytes(bytes));
     }
-    assert_eq!(reins::Image::from_bytes(b"GIF89a\x00\x00\x01\x00".to_vec()).unwrap_err().to_string(), "a malformed image/gif header: a zero width or height");
+    assert_eq!(
+        reins::Image::from_bytes(b"GIF89a\x00\x00\x01\x00".to_vec()).unwrap_err().to_string(),
+        "a malformed image/gif header: a zero width or height"
+    );
     assert_eq!(reins::Image::from_bytes(b"%PDF-1.7".to_vec()), Err(reins::ImageError::UnknownFormat));
     let too_big = [b"GIF89a\x01\x00\x01\x00".as_slice(), &vec![0; reins::MAX_IMAGE_BYTES]].concat();
     assert!(matches!(reins::Image::from_bytes(too_big), Err(reins::ImageError::TooLarge { .. })));

@@ -58,7 +58,7 @@ impl Performer for Replaying {
 
     fn tool_call<'a>(&'a self, call: ToolStep<'a>, _work: BoxFuture<'a, CallResult>) -> BoxFuture<'a, CallResult> {
         let content = format!("recorded {}", call.call.id);
-        Box::pin(async move { CallResult { content, is_error: false } })
+        Box::pin(async move { CallResult::text(content, false) })
     }
 }
 

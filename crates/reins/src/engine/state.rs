@@ -906,9 +906,7 @@ impl RunState {
         if let Some(reason) = stop {
             let message = format!("not run: the run was stopped by policy: {reason}");
             for id in self.transcript.unanswered().to_vec() {
-                let _ = self
-                    .transcript
-                    .push_result(ToolResult::new(id, message.clone(), true), counter);
+                let _ = self.transcript.push_result(ToolResult::new(id, message.clone(), true), counter);
             }
             return self.end(Status::Aborted, None, Some(format!("stopped by policy: {reason}")));
         }
@@ -1218,10 +1216,7 @@ impl RunState {
             .iter()
             .enumerate()
             .map(|(i, id)| {
-                let mut r = results
-                    .next()
-                    .flatten()
-                    .unwrap_or_else(|| CallResult::text(unfinished, true));
+                let mut r = results.next().flatten().unwrap_or_else(|| CallResult::text(unfinished, true));
                 if let Some(Some(e)) = edits.get(i) {
                     r.content =
                         format!("[the arguments were changed by {}: {}]\n{}", e.by, e.call.arguments, r.content);
@@ -1242,7 +1237,8 @@ impl RunState {
                 .saturating_sub(assistant_size);
             // Images are not cut: when the batch's images do not fit with room for the texts, they are left
             // out, and each result that had some says so.
-            let images: u64 = texts.iter().flat_map(|t| &t.3).fold(0u64, |a, i| a.saturating_add(counter.count_image(i)));
+            let images: u64 =
+                texts.iter().flat_map(|t| &t.3).fold(0u64, |a, i| a.saturating_add(counter.count_image(i)));
             if images > 0 {
                 if images.saturating_add(MIN_RESULT_UNITS.saturating_mul(texts.len() as u64)) > available {
                     for t in texts.iter_mut().filter(|t| !t.3.is_empty()) {

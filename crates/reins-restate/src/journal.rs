@@ -20,6 +20,9 @@ pub struct JournaledResult {
     pub content: String,
     /// True for an error result.
     pub is_error: bool,
+    /// Images the tool returned (journaled with the result, so a replayed step has them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<reins::Image>,
 }
 
 /// Performs the steps of a turn as journaled Restate steps of `ctx`.
@@ -92,15 +95,19 @@ impl Performer for Journaled<'_> {
             let journaled = ctx
                 .run(move || async move {
                     let r = work.await;
-                    Ok(Json(JournaledResult { content: bound_for_journal(r.content, max), is_error: r.is_error }))
+                    Ok(Json(JournaledResult {
+                        content: bound_for_journal(r.content, max),
+                        is_error: r.is_error,
+                        images: r.images,
+                    }))
                 })
                 .name(name)
                 .await;
             match journaled {
-                Ok(Json(r)) => CallResult { content: r.content, is_error: r.is_error },
+                Ok(Json(r)) => CallResult { content: r.content, is_error: r.is_error, images: r.images },
                 Err(e) => {
                     self.cancel.cancel();
-                    CallResult { content: format!("aborted: {e}"), is_error: true }
+                    CallResult::text(format!("aborted: {e}"), true)
                 }
             }
         })

@@ -73,6 +73,8 @@ pub struct Parts {
     pub notes: Vec<String>,
     /// The schema the final answer must match (`output_schema`).
     pub output_schema: Option<reins::OutputSchema>,
+    /// The pricing of each sub-agent with a real model, by name.
+    pub agent_pricing: std::collections::BTreeMap<String, Pricing>,
 }
 
 /// The tools of a definition other than MCP servers', with the workspace and the command runner.
@@ -133,6 +135,15 @@ pub struct BuildOptions {
 
 fn invalid(m: impl Into<String>) -> BuildError {
     BuildError::Invalid(m.into())
+}
+
+/// A sub-agent's build error, said to be the sub-agent's.
+fn within_agent(name: &str, e: BuildError) -> BuildError {
+    match e {
+        BuildError::Definition(d) => BuildError::Definition(d.under(&format!("agents.{name}"))),
+        BuildError::Invalid(m) => invalid(format!("agents.{name}: {m}")),
+        other => other,
+    }
 }
 
 fn tiktoken() -> Result<Arc<dyn TokenCounter>, BuildError> {
@@ -283,7 +294,9 @@ impl AgentDef {
             ..WorkspaceConfig::default()
         };
         let ws = Arc::new(Workspace::open_with(root, ws_config).map_err(|e| invalid(e.to_string()))?);
-        tools.extend(reins_tools::file_tools(ws.clone()));
+        let read_only = self.workspace.read_only == Some(true);
+        // The tools that only read are the parallel-safe ones.
+        tools.extend(reins_tools::file_tools(ws.clone()).into_iter().filter(|t| !read_only || t.parallel_safe()));
         let mut runner = None;
         if !self.presets.is_empty() {
             let c = &self.commands;
@@ -461,12 +474,36 @@ impl AgentDef {
         self.validate()?;
         self.check_secrets()?;
         let (model, pricing) = self.build_model()?;
-        let workspace = self.build_workspace()?;
+        let mut workspace = self.build_workspace()?;
+        let mut notes = Vec::new();
+        let mut agent_pricing = std::collections::BTreeMap::new();
+        for name in self.agents.keys() {
+            let Some(def) = self.sub_agent(name) else { continue };
+            if workspace.tools.iter().any(|t| t.spec().name == *name) {
+                return Err(DefError::at(
+                    format!("agents.{name}"),
+                    format!("the agent already has a tool named {name:?}: name the sub-agent otherwise"),
+                )
+                .into());
+            }
+            let sub = def.parts_with(None).map_err(|e| within_agent(name, e))?;
+            notes.extend(sub.notes.iter().map(|n| format!("sub-agent {name}: {n}")));
+            if let Some(p) = &sub.pricing {
+                agent_pricing.insert(name.clone(), p.clone());
+            }
+            let agent = sub.builder()?.build().map_err(|e| invalid(format!("agents.{name}: {e}")))?;
+            let description = def.description.clone().unwrap_or_else(|| {
+                format!("The sub-agent {name:?}: give it a task, in full (it sees nothing else of this conversation); it answers with its result.")
+            });
+            let tool = reins::AgentTool::new(name, &description, agent).map_err(|e| invalid(e.to_string()))?;
+            workspace.tools.push(Arc::new(tool));
+        }
         let limits = self.build_limits();
         let context = self.build_context()?;
         let compact_model = self.build_compact_model()?;
         let own_instructions = self.instructions_text()?;
-        let (instructions, notes) = self.compose_instructions(&workspace, own_instructions.clone());
+        let (instructions, own_notes) = self.compose_instructions(&workspace, own_instructions.clone());
+        notes.splice(0..0, own_notes);
         let output_schema = self.output_schema.as_ref().map(|s| s.load()).transpose()?;
         Ok(Parts {
             def: self.clone(),
@@ -481,6 +518,7 @@ impl AgentDef {
             own_instructions,
             notes,
             output_schema,
+            agent_pricing,
         })
     }
 
@@ -517,20 +555,7 @@ impl AgentDef {
             def.instructions = Some(text.to_owned());
             def.instructions_file = None;
         }
-        let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| crate::load::absolute(p));
-        if let Some(p) = &def.workspace.path {
-            def.workspace.path = Some(canonical(p));
-        }
-        if let Some(model) = &def.model {
-            if let (ModelKind::Script, file) = model.kind() {
-                def.model = Some(model.with_script_path(&canonical(Path::new(file))));
-            }
-        }
-        for server in def.mcp.values_mut() {
-            if let Some(cwd) = &server.cwd {
-                server.cwd = Some(canonical(cwd));
-            }
-        }
+        absolute_paths(&mut def);
         // The schema is recorded inline, so a resumed or replayed run has it whatever became of its file.
         if let Some(schema) = def.output_schema.as_ref().and_then(|s| s.load().ok()) {
             def.output_schema = Some(crate::output::OutputSchemaDef::Inline(schema.schema().clone()));
@@ -575,6 +600,27 @@ impl AgentDef {
             legacy.insert("context".into(), context.into());
         }
         AgentDef::from_json(&serde_json::Value::Object(legacy)).map(Some).map_err(|e| e.within("the recorded flags"))
+    }
+}
+
+/// Makes a definition's paths absolute (canonical where they exist), its sub-agents' too.
+fn absolute_paths(def: &mut AgentDef) {
+    let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| crate::load::absolute(p));
+    if let Some(p) = &def.workspace.path {
+        def.workspace.path = Some(canonical(p));
+    }
+    if let Some(model) = &def.model {
+        if let (ModelKind::Script, file) = model.kind() {
+            def.model = Some(model.with_script_path(&canonical(Path::new(file))));
+        }
+    }
+    for server in def.mcp.values_mut() {
+        if let Some(cwd) = &server.cwd {
+            server.cwd = Some(canonical(cwd));
+        }
+    }
+    for sub in def.agents.values_mut() {
+        absolute_paths(sub);
     }
 }
 

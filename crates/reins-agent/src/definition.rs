@@ -82,6 +82,14 @@ pub struct AgentDef {
     /// `[[hooks]]`: command hooks before and after tool calls and at the final answer, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hooks: Vec<crate::approve::HookDef>,
+    /// What the agent does, for the model of a parent it serves as a sub-agent (the tool's description).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// `[agents.NAME]`: sub-agents, each an agent of its own (the same keys; `model` and `[provider]`
+    /// inherited, see [`AgentDef::sub_agent`]) offered to this one as the tool `NAME` taking
+    /// `{"task": string}`. One level: a sub-agent has no sub-agents.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub agents: BTreeMap<String, AgentDef>,
 }
 
 /// `[provider]`: what a real model's adapter is told. Only `price` applies to a `script:` model too.
@@ -222,6 +230,10 @@ pub struct WorkspaceDef {
     /// Whether the workspace's `AGENTS.md` is added to the instructions (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agents_md: Option<bool>,
+    /// Only the file tools that read (`read_file`, `list_dir`, `search`): no `write_file`, no `edit_file`
+    /// (default false). Presets still add `run_command`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only: Option<bool>,
 }
 
 /// `[commands]`: defaults for every preset.
@@ -456,7 +468,44 @@ impl AgentDef {
         for (i, hook) in self.hooks.iter().enumerate() {
             hook.validate(i)?;
         }
+        for (name, sub) in &self.agents {
+            let at = format!("agents.{name}");
+            if !reins::is_valid_tool_name(name) {
+                return Err(DefError::at(
+                    at,
+                    "a sub-agent's name is its tool name: it starts with a letter and holds 1-64 letters, digits, '_' or '-'",
+                ));
+            }
+            if !sub.agents.is_empty() {
+                return Err(DefError::at(
+                    format!("{at}.agents"),
+                    "a sub-agent cannot have sub-agents of its own (one level of nesting)",
+                ));
+            }
+            if !sub.mcp.is_empty() {
+                return Err(DefError::at(
+                    format!("{at}.mcp"),
+                    "a sub-agent cannot have MCP servers yet: give them to the top-level agent",
+                ));
+            }
+            sub.validate().map_err(|e| e.under(&at))?;
+        }
         Ok(())
+    }
+
+    /// The whole definition of the sub-agent `name` as it is built: its own keys, with `model` inherited
+    /// from this agent when it names none, and `[provider]` too when it names neither. Nothing else is
+    /// inherited: its tools, limits, context rules and instructions are its own.
+    pub fn sub_agent(&self, name: &str) -> Option<AgentDef> {
+        let sub = self.agents.get(name)?;
+        let mut def = sub.clone();
+        if def.model.is_none() {
+            def.model = self.model.clone();
+            if def.provider == ProviderDef::default() {
+                def.provider = self.provider.clone();
+            }
+        }
+        Some(def)
     }
 
     /// Makes the relative paths of a definition read from a file in `base_dir` relative to that directory:
@@ -491,6 +540,9 @@ impl AgentDef {
                 server.cwd = Some(join(cwd));
             }
         }
+        for sub in self.agents.values_mut() {
+            sub.resolve_paths(base_dir);
+        }
     }
 
     /// The same definition with every secret replaced by [`REDACTED`]: the values of HTTP headers (the
@@ -510,6 +562,9 @@ impl AgentDef {
                     *v = REDACTED.to_owned();
                 }
             }
+        }
+        for sub in def.agents.values_mut() {
+            *sub = sub.redacted();
         }
         def
     }
@@ -531,6 +586,9 @@ impl AgentDef {
                     ));
                 }
             }
+        }
+        for (name, sub) in &self.agents {
+            out.extend(sub.redacted_keys().into_iter().map(|k| format!("agents.{name}.{k}")));
         }
         out
     }

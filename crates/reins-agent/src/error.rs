@@ -23,6 +23,14 @@ impl DefError {
     pub fn whole(message: impl Into<String>) -> Self {
         Self { source: None, path: None, message: message.into() }
     }
+    /// The same error about a key of the table at `prefix` (`agents.NAME`).
+    pub fn under(mut self, prefix: &str) -> Self {
+        self.path = Some(match self.path.take() {
+            Some(p) => format!("{prefix}.{p}"),
+            None => prefix.to_owned(),
+        });
+        self
+    }
     /// The same error, said to come from `source`.
     pub fn within(mut self, source: impl Into<String>) -> Self {
         if self.source.is_none() {

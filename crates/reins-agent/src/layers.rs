@@ -2,8 +2,8 @@
 //! recorded session, the agent file, the flags), each later layer overriding the keys it sets, and every
 //! resolved value knowing which layer it came from ([`Origin`]).
 //!
-//! Keys merge one by one, with these exceptions: a `[[presets]]` entry and an `[mcp.NAME]` table are replaced
-//! whole by one of the same name (others are kept, in order); arrays, `provider.extra_body` and
+//! Keys merge one by one, with these exceptions: a `[[presets]]` entry and an `[mcp.NAME]` or `[agents.NAME]`
+//! table are replaced whole by one of the same name (others are kept, in order); arrays, `provider.extra_body` and
 //! `commands.limits` are replaced whole; and keys that exclude each other (`instructions` /
 //! `instructions_file`, `context.max_context_chars` / `context.max_context_tokens`) clear each other.
 
@@ -114,6 +114,7 @@ const EXCLUSIVE: &[(&str, &str)] =
 fn is_atomic(path: &str) -> bool {
     matches!(path, "provider.extra_body" | "commands.limits" | "output_schema")
         || path.strip_prefix("mcp.").is_some_and(|rest| !rest.is_empty() && !rest.contains('.'))
+        || path.strip_prefix("agents.").is_some_and(|rest| !rest.is_empty() && !rest.contains('.'))
 }
 
 fn join(prefix: &str, key: &str) -> String {

@@ -168,3 +168,104 @@ async fn a_built_agent_records_its_definition_in_the_session() {
     assert_eq!(recorded, def);
     assert_eq!(session.summary.model.as_deref(), Some(format!("script:{s}").as_str()));
 }
+
+#[tokio::test]
+async fn a_sub_agent_table_is_a_tool_whose_run_is_a_child_run_of_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("repo")).unwrap();
+    std::fs::write(dir.path().join("repo/notes.txt"), "the answer is 42\n").unwrap();
+    std::fs::write(
+        dir.path().join("parent.json"),
+        json!([
+            {"tool_calls": [{"id": "p1", "name": "reader", "arguments": {"task": "What do the notes say?"}}],
+             "usage": {"input_tokens": 10, "output_tokens": 5}},
+            {"content": "The notes say 42.", "usage": {"input_tokens": 20, "output_tokens": 5}}
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("reader.json"),
+        json!([
+            {"tool_calls": [{"id": "r1", "name": "read_file", "arguments": {"path": "notes.txt"}}],
+             "usage": {"input_tokens": 100, "output_tokens": 7}},
+            {"content": "42", "usage": {"input_tokens": 200, "output_tokens": 3}}
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let text = r#"
+        model = "script:parent.json"
+        test_tools = true
+        [agents.reader]
+        description = "Reads the notes."
+        model = "script:reader.json"
+        instructions = "Read, then answer in one word."
+        [agents.reader.workspace]
+        path = "repo"
+        read_only = true
+    "#;
+    let def = AgentDef::from_toml(text, dir.path()).unwrap();
+    let store = reins_store::Store::open(dir.path().join("s.db")).unwrap();
+    let agent = def.build_with(BuildOptions { store: Some((store.clone(), None)) }).await.unwrap();
+    // The parent sees the sub-agent as a tool (and its own test tools), never the sub-agent's tools.
+    let names: Vec<&str> = agent.registry().specs().iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["echo", "fail", "reader"]);
+    let spec = agent.registry().specs().iter().find(|s| s.name == "reader").unwrap().clone();
+    assert_eq!(spec.description, "Reads the notes.");
+    assert_eq!(spec.input_schema["required"], json!(["task"]));
+    // Its tools are read-only: it may run alongside other parallel-safe calls.
+    assert!(agent.registry().get("reader").unwrap().parallel_safe());
+
+    let outcome = agent.run("Ask the reader.", CancellationToken::new()).await;
+    assert_eq!(outcome.status, Status::Completed, "{:?}", outcome.error);
+    assert_eq!(outcome.messages[2].content(), "42");
+    assert_eq!(outcome.usage.input_tokens, 330);
+    let reader = &outcome.agents["reader"];
+    assert_eq!((reader.runs, reader.steps, reader.tool_calls), (1, 2, 1));
+
+    // The session: the parent's transcript, and the reader's run as a child run linked to the parent's.
+    let session = store.load(outcome.session_id.as_deref().unwrap()).unwrap();
+    assert_eq!(session.messages().unwrap(), outcome.messages);
+    let children = session.child_runs().unwrap();
+    assert_eq!(children.len(), 1);
+    let child = &children[0];
+    assert_eq!(child.run, 1);
+    assert_eq!(child.start.agent, "reader");
+    assert_eq!(child.start.parent_run_id, outcome.run_id);
+    assert_eq!(child.start.instructions.as_deref().map(|i| i.ends_with("Read, then answer in one word.")), Some(true));
+    assert_eq!(child.messages.len(), 4, "task, call, result, answer: {:#?}", child.messages);
+    assert_eq!(child.messages[0].content(), "What do the notes say?");
+    assert!(child.messages[2].content().contains("the answer is 42"));
+    assert_eq!(child.responses.len(), 2);
+    assert_eq!(child.end.as_ref().unwrap()["status"], "completed");
+    // The session's totals hold the sub-agent's usage too; the run's recorded end its breakdown.
+    assert_eq!(session.summary.input_tokens, 330);
+    let end = session.runs().unwrap()[0].end.clone().unwrap();
+    assert_eq!(end["agents"]["reader"]["steps"], 2);
+    // The child's events are in the log, tagged.
+    let tagged: Vec<_> = session.events().filter(|e| e["agent"] == "reader").collect();
+    assert!(!tagged.is_empty());
+    assert!(tagged.iter().all(|e| e["parent_run_id"] == outcome.run_id.as_str()));
+    // The recorded definition holds the sub-agent, so a resumed session rebuilds it.
+    let recorded =
+        AgentDef::from_session_config(session.runs().unwrap()[0].start.config.as_ref().unwrap()).unwrap().unwrap();
+    assert_eq!(recorded.agents["reader"].description.as_deref(), Some("Reads the notes."));
+    // And the session resumes from the parent's transcript alone.
+    let state = session.resume_state(agent.limits().clone(), agent.context(), Some("And then?")).unwrap();
+    assert_eq!(state.transcript().len(), outcome.messages.len() + 1);
+}
+
+#[test]
+fn a_sub_agent_that_cannot_be_built_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = script(dir.path(), json!([{"content": "x"}]));
+    let text = format!("model = \"script:{s}\"\n[agents.helper]\nmodel = \"script:missing.json\"\n");
+    let def = AgentDef::from_toml(&text, dir.path()).unwrap();
+    let e = def.parts_with(None).unwrap_err().to_string();
+    assert!(e.starts_with("agents.helper: cannot read script file"), "{e}");
+    // A sub-agent named like one of the parent's tools is refused.
+    let text = format!("model = \"script:{s}\"\ntest_tools = true\n[agents.echo]\n");
+    let e = AgentDef::from_toml(&text, dir.path()).unwrap().parts_with(None).unwrap_err().to_string();
+    assert!(e.starts_with("agents.echo: the agent already has a tool named \"echo\""), "{e}");
+}

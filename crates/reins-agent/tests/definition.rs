@@ -346,3 +346,75 @@ fn output_schema_is_a_file_or_an_inline_table_and_a_bad_one_names_its_key() {
             .unwrap();
     assert_eq!(r.def.output_schema, upper.output_schema);
 }
+
+#[test]
+fn sub_agents_parse_inherit_and_refuse_what_they_cannot_hold() {
+    let def = every_key();
+    let reader = &def.agents["reader"];
+    // Its paths are relative to the file, like the parent's.
+    assert_eq!(reader.workspace.path.as_deref(), Some(Path::new("/agents/repo")));
+    assert_eq!(reader.model.as_ref().unwrap().as_str(), "script:/agents/reader.json");
+    assert_eq!(reader.description.as_deref(), Some("Reads files and reports what they say."));
+    // It names its model: it gets its own (default) [provider], not the parent's.
+    let built = def.sub_agent("reader").unwrap();
+    assert_eq!(built.provider, Default::default());
+    assert_eq!(built.limits.max_steps.unwrap().get(), 5);
+    assert!(built.test_tools.is_none(), "tools are never inherited");
+    assert!(def.sub_agent("nobody").is_none());
+
+    // Without a model it inherits the parent's model and [provider].
+    let def = AgentDef::from_toml(
+        r#"
+        model = "openai:gpt-4.1-mini"
+        [provider]
+        base_url = "http://127.0.0.1:9/v1"
+        [agents.helper]
+        instructions = "Help."
+        "#,
+        Path::new("/a"),
+    )
+    .unwrap();
+    let helper = def.sub_agent("helper").unwrap();
+    assert_eq!(helper.model, def.model);
+    assert_eq!(helper.provider, def.provider);
+    assert_eq!(helper.instructions.as_deref(), Some("Help."));
+
+    // One level of nesting; names that are tool names; MCP servers only at the top; key paths in errors.
+    let nested = err("[agents.a]\n[agents.a.agents.b]\nmodel = \"script:x.json\"\n");
+    assert_eq!(nested.path.as_deref(), Some("agents.a.agents"), "{nested}");
+    assert!(nested.message.contains("one level"), "{nested}");
+    let named = err("[agents.\"2nd\"]\nmodel = \"script:x.json\"\n");
+    assert_eq!(named.path.as_deref(), Some("agents.2nd"), "{named}");
+    let mcp = err("[agents.a.mcp.fs]\ncommand = \"npx\"\n");
+    assert_eq!(mcp.path.as_deref(), Some("agents.a.mcp"), "{mcp}");
+    let bad = err("[agents.a.limits]\nmax_steps = 0\n");
+    assert_eq!(bad.path.as_deref(), Some("agents.a.limits.max_steps"), "{bad}");
+    let inner = err("[agents.a]\ninstructions = \"x\"\ninstructions_file = \"y\"\n");
+    assert_eq!(inner.path.as_deref(), Some("agents.a.instructions_file"), "{inner}");
+    let unknown = err("[agents.a]\nmodle = \"x\"\n");
+    assert_eq!(unknown.path.as_deref(), Some("agents.a.modle"), "{unknown}");
+
+    // A sub-agent's secrets are masked and named by their path.
+    let def = AgentDef::from_toml(
+        "[agents.a]\nmodel = \"openai:gpt-4.1\"\n[agents.a.provider]\nheaders = { X-Key = \"s3cret\" }\n",
+        Path::new("/a"),
+    )
+    .unwrap();
+    let shown = def.redacted();
+    assert_eq!(shown.agents["a"].provider.headers["X-Key"], REDACTED);
+    assert_eq!(shown.redacted_keys(), vec!["agents.a.provider.headers.X-Key".to_owned()]);
+}
+
+#[test]
+fn a_later_layer_replaces_a_sub_agent_whole() {
+    let file = layer(
+        Origin::AgentFile { path: PathBuf::from("/a/agent.toml") },
+        "[agents.a]\ninstructions = \"one\"\n[agents.a.limits]\nmax_steps = 3\n[agents.b]\ninstructions = \"two\"\n",
+    );
+    let flags = layer(Origin::Flag, "[agents.a]\ninstructions = \"three\"\n");
+    let r = resolve(&[file, flags]).unwrap();
+    assert_eq!(r.def.agents["a"].instructions.as_deref(), Some("three"));
+    assert!(r.def.agents["a"].limits.max_steps.is_none(), "replaced whole, not merged");
+    assert_eq!(r.def.agents["b"].instructions.as_deref(), Some("two"));
+    assert_eq!(r.origins["agents.a"], Origin::Flag);
+}

@@ -67,6 +67,9 @@ pub fn flags_layer(args: &RunArgs) -> Result<AgentDef, CliError> {
     }
     let tools = &args.tools;
     d.workspace.path = tools.workspace.as_deref().map(reins_agent::absolute);
+    if tools.read_only {
+        d.workspace.read_only = Some(true);
+    }
     for spec in &tools.presets {
         let preset = reins_agent::parse_preset(spec).map_err(usage)?;
         d.presets.retain(|p| p.name != preset.name);

@@ -36,6 +36,7 @@ macro_rules! errln {
 }
 
 mod agent_cli;
+mod agents_cli;
 mod approve_cli;
 mod demo;
 mod durable_cli;

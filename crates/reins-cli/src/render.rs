@@ -32,8 +32,26 @@ pub fn progress_stdout(event: &Event) -> Result<(), ObserverError> {
     Ok(())
 }
 
-/// One readable line for an event, if it deserves one.
+/// One readable line for an event, if it deserves one: a sub-agent's lines are indented and carry its name.
 pub fn progress_line(event: &Event) -> Option<String> {
+    match &event.agent {
+        None => run_line(event),
+        Some(name) => {
+            let name = preview(name);
+            match &event.kind {
+                EventKind::RunStart { tools, .. } => {
+                    Some(format!("    ▷ sub-agent {name} · run {} · tools: {}", event.run_id, tools.join(", ")))
+                }
+                EventKind::RunEnd { status, steps, tool_calls, .. } => {
+                    Some(format!("    ◁ sub-agent {name} · {status} · {steps} step(s) · {tool_calls} tool call(s)"))
+                }
+                _ => run_line(event).map(|l| format!("    [{name}] {}", l.trim_start())),
+            }
+        }
+    }
+}
+
+fn run_line(event: &Event) -> Option<String> {
     let line = match &event.kind {
         EventKind::RunStart { tools, .. } => format!("▶ run {} · tools: {}", event.run_id, tools.join(", ")),
         EventKind::ModelStart { .. } => return None,
@@ -135,5 +153,6 @@ pub fn status_lines(outcome: &Outcome) -> Vec<String> {
             lines.push(format!("  {e}"));
         }
     }
+    lines.extend(crate::agents_cli::summary_lines(outcome));
     lines
 }

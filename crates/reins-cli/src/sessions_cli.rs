@@ -337,6 +337,32 @@ fn show(session: &Session, events: bool) {
                     outln!("  · {}", line.trim_start());
                 }
             }
+            kind::CHILD_RUN_START => {
+                let d = &e.data;
+                outln!(
+                    "    ▷ sub-agent {} · run {} (started by run {})",
+                    one_line(d["agent"].as_str().unwrap_or("?")),
+                    one_line(d["run_id"].as_str().unwrap_or("?")),
+                    one_line(d["parent_run_id"].as_str().unwrap_or("?"))
+                );
+            }
+            kind::CHILD_MESSAGE => {
+                let index = e.data["index"].as_u64().unwrap_or(0);
+                match serde_json::from_value::<Message>(e.data["message"].clone()) {
+                    Ok(m) => print_message_at("      ", index, &m),
+                    Err(err) => outln!("      [{index}] unreadable item: {err}"),
+                }
+            }
+            kind::CHILD_RUN_END => {
+                let d = &e.data;
+                outln!(
+                    "    ◁ {} · {} step(s) · {} tool call(s){}",
+                    d["status"].as_str().unwrap_or("?"),
+                    d["steps"],
+                    d["tool_calls"],
+                    d["error"].as_str().map(|e| format!(" · {}", one_line(e))).unwrap_or_default()
+                );
+            }
             kind::RUN_END => {
                 let d = &e.data;
                 outln!(
@@ -366,25 +392,35 @@ fn one_line(s: &str) -> std::borrow::Cow<'_, str> {
 }
 
 fn print_message(index: u64, m: &Message) {
+    print_message_at("  ", index, m);
+}
+
+/// A transcript item, after `pad` (a sub-agent's items are indented further).
+fn print_message_at(pad: &str, index: u64, m: &Message) {
     use crate::render::preview;
     match m {
-        Message::User { content, .. } => outln!("  [{index}] user: {}", preview(content)),
+        Message::User { content, .. } => outln!("{pad}[{index}] user: {}", preview(content)),
         Message::Assistant { content, tool_calls } => {
             if !content.is_empty() || tool_calls.is_empty() {
-                outln!("  [{index}] assistant: {}", preview(content));
+                outln!("{pad}[{index}] assistant: {}", preview(content));
             } else {
-                outln!("  [{index}] assistant:");
+                outln!("{pad}[{index}] assistant:");
             }
             for c in tool_calls {
-                outln!("        → {} {} ({})", one_line(&c.name), preview(&c.arguments.to_string()), one_line(&c.id));
+                outln!(
+                    "{pad}      → {} {} ({})",
+                    one_line(&c.name),
+                    preview(&c.arguments.to_string()),
+                    one_line(&c.id)
+                );
             }
         }
         Message::ToolResult(r) => {
             let mark = if r.is_error { "error" } else { "ok" };
-            outln!("  [{index}] ← {} [{mark}] {}", one_line(&r.call_id), preview(&r.content));
+            outln!("{pad}[{index}] ← {} [{mark}] {}", one_line(&r.call_id), preview(&r.content));
         }
         Message::Summary { content, replaces } => {
-            outln!("  [{index}] ⇊ compaction: replaces {replaces} earlier items: {}", preview(content));
+            outln!("{pad}[{index}] ⇊ compaction: replaces {replaces} earlier items: {}", preview(content));
         }
     }
 }

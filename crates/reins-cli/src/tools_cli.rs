@@ -15,6 +15,9 @@ pub struct ToolFlags {
     /// Gives the model the file tools (read_file, write_file, edit_file, list_dir, search) over DIR.
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
+    /// Gives the model only the file tools that read (read_file, list_dir, search).
+    #[arg(long)]
+    pub read_only: bool,
     /// Adds a command preset the model may run by name: 'NAME=PROGRAM ARG...' (split like a shell would, never
     /// run by one; takes no arguments from the model). Repeatable. Needs a workspace.
     #[arg(long = "preset", value_name = "NAME=PROGRAM ARG...")]

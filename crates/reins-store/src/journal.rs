@@ -96,8 +96,8 @@ impl Store {
     }
 }
 
-/// What a run's log shares with its background writer.
-struct Shared {
+/// What a run's log shares with its background writer (and with the logs of its sub-agents' runs).
+pub(crate) struct Shared {
     path: std::path::PathBuf,
     session_id: String,
     /// The session's row in the index (and the high bits of its log rows' ids).
@@ -225,7 +225,7 @@ fn i64_of(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-fn usage_delta(r: &ModelResponse, prices: Option<Prices>) -> Delta {
+pub(crate) fn usage_delta(r: &ModelResponse, prices: Option<Prices>) -> Delta {
     match &r.usage {
         None => Delta { steps: 1, no_usage: 1, ..Delta::default() },
         Some(u) => Delta {
@@ -238,9 +238,9 @@ fn usage_delta(r: &ModelResponse, prices: Option<Prices>) -> Delta {
     }
 }
 
-impl RunLog {
+impl Shared {
     /// Records one entry (see [`Chunk::push`]) moving the counters by `delta`.
-    fn record<E: std::fmt::Display>(
+    pub(crate) fn record<E: std::fmt::Display>(
         &self,
         kind: &str,
         msg_index: Option<usize>,
@@ -249,7 +249,7 @@ impl RunLog {
         write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
     ) {
         let len = {
-            let mut p = self.shared.lock_pending();
+            let mut p = self.lock_pending();
             if let Err(e) = p.chunk.push(kind, msg_index, write) {
                 // Sticks like a write failure: nothing more is written, the next flush reports it.
                 p.error.get_or_insert_with(|| format!("cannot serialize {}: {e}", what()));
@@ -261,25 +261,25 @@ impl RunLog {
             }
             usize::try_from(p.chunk.entries).unwrap_or(usize::MAX)
         };
-        let queue = self.shared.queue;
+        let queue = self.queue;
         if len >= queue {
             // The queue is full: the background writer takes it now; far beyond, the run waits
             // (backpressure, never loss). A failure sticks and the next flush reports it.
-            self.shared.wake.notify_all();
+            self.wake.notify_all();
             if len >= queue.saturating_mul(4) {
-                let _ = blocking(|| self.shared.write_pending());
+                let _ = blocking(|| self.write_pending());
             }
         }
     }
 
     /// Writes everything recorded; the first failure of the log (writing or serializing) sticks.
-    async fn wait(&self) -> Result<(), JournalError> {
-        let result = blocking(|| self.shared.write_pending());
+    pub(crate) async fn wait(&self) -> Result<(), JournalError> {
+        let result = blocking(|| self.write_pending());
         // Every so many flushes (over all runs of the store), this run's writer checkpoints.
-        if self.shared.flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 >= CHECKPOINT_EVERY {
-            self.shared.flushes.store(0, std::sync::atomic::Ordering::Relaxed);
-            self.shared.lock_pending().checkpoint_due = true;
-            self.shared.wake.notify_all();
+        if self.flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 >= CHECKPOINT_EVERY {
+            self.flushes.store(0, std::sync::atomic::Ordering::Relaxed);
+            self.lock_pending().checkpoint_due = true;
+            self.wake.notify_all();
         }
         result.map_err(JournalError)
     }
@@ -293,6 +293,16 @@ impl RunJournal for RunLog {
 
     fn recorded(&self) -> usize {
         self.recorded
+    }
+
+    async fn child(
+        &self,
+        agent: &str,
+        parent_run_id: &str,
+        state: &RunState,
+        tools: &[ToolSpec],
+    ) -> Result<Option<Arc<dyn RunJournal>>, JournalError> {
+        crate::child::start(&self.shared, &self.session_id, self.prices, agent, parent_run_id, state, tools)
     }
 
     fn message(&self, index: usize, message: &Message) {
@@ -309,7 +319,7 @@ impl RunJournal for RunLog {
             p.messages = p.messages.max(i64::try_from(index).unwrap_or(i64::MAX).saturating_add(1));
             return;
         }
-        self.record(
+        self.shared.record(
             kind::MESSAGE,
             Some(index),
             delta,
@@ -338,7 +348,7 @@ impl RunJournal for RunLog {
             }
             Err(e) => (Data { step, response: None, error: Some(e.to_string()), cost_usd: None }, Delta::default()),
         };
-        self.record(
+        self.shared.record(
             kind::RESPONSE,
             None,
             delta,
@@ -348,7 +358,7 @@ impl RunJournal for RunLog {
     }
 
     fn event(&self, event: &Event) {
-        self.record(
+        self.shared.record(
             kind::EVENT,
             None,
             Delta::default(),
@@ -358,7 +368,7 @@ impl RunJournal for RunLog {
     }
 
     async fn flush(&self) -> Result<(), JournalError> {
-        self.wait().await
+        self.shared.wait().await
     }
 
     async fn finish(&self, outcome: &Outcome) -> Result<(), JournalError> {
@@ -378,6 +388,8 @@ impl RunJournal for RunLog {
             run_id: &'a str,
             #[serde(skip_serializing_if = "Option::is_none")]
             session_id: &'a Option<String>,
+            #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+            agents: &'a std::collections::BTreeMap<String, reins::AgentTotals>,
         }
         let o = outcome;
         let end = End {
@@ -392,6 +404,7 @@ impl RunJournal for RunLog {
             pending: &o.pending,
             run_id: &o.run_id,
             session_id: &o.session_id,
+            agents: &o.agents,
         };
         {
             let mut p = self.shared.lock_pending();
@@ -400,7 +413,7 @@ impl RunJournal for RunLog {
             }
             p.chunk.status = Some(outcome.status.as_str().to_owned());
         }
-        self.wait().await
+        self.shared.wait().await
     }
 }
 

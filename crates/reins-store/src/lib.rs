@@ -26,6 +26,7 @@
 //! # });
 //! ```
 
+mod child;
 mod chunk;
 mod error;
 mod images;
@@ -42,5 +43,7 @@ pub use owner::{INTERRUPTED_STATUS, Liveness, liveness};
 pub use replay::{Divergence, ReplayReport, ReplayTools, replay, replay_runs};
 
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
-pub use session::{Entry, INTERRUPTED, ResponseData, RunRecord, RunStartData, Session, kind};
+pub use session::{
+    ChildRunRecord, ChildRunStartData, Entry, INTERRUPTED, ResponseData, RunRecord, RunStartData, Session, kind,
+};
 pub use store::{Durability, SessionSummary, Store, StoreOptions, default_path};

@@ -24,6 +24,14 @@ pub mod kind {
     /// An image, once per session: `{"sha256", "media_type", "data"}` (base64); transcript items refer to it
     /// by `sha256`.
     pub const IMAGE: &str = "image";
+    /// A sub-agent's run began, as a child of a run of the session: [`super::ChildRunStartData`].
+    pub const CHILD_RUN_START: &str = "child_run_start";
+    /// An item of a child run's transcript: `{"run_id", "index", "message"}`.
+    pub const CHILD_MESSAGE: &str = "child_message";
+    /// A child run's model answer: `{"run_id", "step", "response"}` or `{"run_id", "step", "error"}`.
+    pub const CHILD_RESPONSE: &str = "child_response";
+    /// A child run ended: its outcome without the transcript (with `run_id`).
+    pub const CHILD_RUN_END: &str = "child_run_end";
 }
 
 /// One entry of a session's log.
@@ -63,6 +71,39 @@ pub struct RunStartData {
     /// What the caller recorded about how the run was configured (e.g. the command's flags).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<serde_json::Value>,
+}
+
+/// The data of a `child_run_start` entry: a sub-agent's run, started by a run of the session.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChildRunStartData {
+    /// The child run's id.
+    pub run_id: String,
+    /// The run that started it (a run of the session, or another child run).
+    pub parent_run_id: String,
+    /// The sub-agent's name (its tool name in the parent).
+    pub agent: String,
+    /// The limits it ran under (its own, cut to what the parent had left).
+    pub limits: Limits,
+    /// Its tools.
+    pub tools: Vec<ToolSpec>,
+    /// Its instructions, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+}
+
+/// A sub-agent's run recorded in a session, rebuilt from its entries.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChildRunRecord {
+    /// The 1-based run of the session within which it ran.
+    pub run: u64,
+    /// What `child_run_start` recorded.
+    pub start: ChildRunStartData,
+    /// Its transcript, in order (its task first).
+    pub messages: Vec<Message>,
+    /// Its model answers, in order.
+    pub responses: Vec<ResponseData>,
+    /// Its outcome (`child_run_end`; without `messages`), when it ended cleanly.
+    pub end: Option<serde_json::Value>,
 }
 
 /// A recorded model answer.
@@ -160,6 +201,59 @@ impl Session {
                     Some(run) if run.number == e.run => run.end = Some(e.data.clone()),
                     _ => return Err(self.bad(e.seq, "a run end outside a run")),
                 },
+                _ => {}
+            }
+        }
+        Ok(runs)
+    }
+
+    /// The sub-agents' runs, in the order they began (see [`kind::CHILD_RUN_START`]).
+    pub fn child_runs(&self) -> Result<Vec<ChildRunRecord>, StoreError> {
+        let mut runs: Vec<ChildRunRecord> = Vec::new();
+        let run_id = |e: &Entry| e.data.get("run_id").and_then(serde_json::Value::as_str).map(str::to_owned);
+        for e in &self.entries {
+            let find = |runs: &mut Vec<ChildRunRecord>| {
+                let id = run_id(e);
+                let found = runs.iter().position(|r| Some(&r.start.run_id) == id.as_ref());
+                found.ok_or_else(|| self.bad(e.seq, "an entry of a sub-agent's run that never began"))
+            };
+            match e.kind.as_str() {
+                kind::CHILD_RUN_START => {
+                    let start: ChildRunStartData = serde_json::from_value(e.data.clone())
+                        .map_err(|err| self.bad(e.seq, format!("not a sub-agent's run start: {err}")))?;
+                    runs.push(ChildRunRecord {
+                        run: e.run,
+                        start,
+                        messages: Vec::new(),
+                        responses: Vec::new(),
+                        end: None,
+                    });
+                }
+                kind::CHILD_MESSAGE => {
+                    let i = find(&mut runs)?;
+                    let index = e.data.get("index").and_then(serde_json::Value::as_u64);
+                    if index != Some(runs[i].messages.len() as u64) {
+                        return Err(self.bad(e.seq, format!("a sub-agent's transcript item {index:?} out of order")));
+                    }
+                    let m: Message = e
+                        .data
+                        .get("message")
+                        .map(|m| serde_json::from_value(m.clone()))
+                        .transpose()
+                        .map_err(|err| self.bad(e.seq, format!("not a transcript item: {err}")))?
+                        .ok_or_else(|| self.bad(e.seq, "a sub-agent's transcript item without `message`"))?;
+                    runs[i].messages.push(m);
+                }
+                kind::CHILD_RESPONSE => {
+                    let i = find(&mut runs)?;
+                    let r: ResponseData = serde_json::from_value(e.data.clone())
+                        .map_err(|err| self.bad(e.seq, format!("not a model response: {err}")))?;
+                    runs[i].responses.push(r);
+                }
+                kind::CHILD_RUN_END => {
+                    let i = find(&mut runs)?;
+                    runs[i].end = Some(e.data.clone());
+                }
                 _ => {}
             }
         }

@@ -220,11 +220,16 @@ pub struct ApprovalCall {
     pub arguments: Option<serde_json::Value>,
 }
 
-/// One event of a run: `{"v": 1, "type", "run_id", "seq", "ts", ...}` in JSON.
+/// One event of a run: `{"v": 1, "type", "run_id", "seq", "ts", ...}` in JSON, plus `"agent"` and
+/// `"parent_run_id"` for the events of a sub-agent's run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Event {
     /// The run's id.
     pub run_id: Arc<str>,
+    /// The sub-agent whose run this is (its name in the parent's agent); `None` for a top-level run.
+    pub agent: Option<Arc<str>>,
+    /// The run that started this sub-agent's run; `None` for a top-level run.
+    pub parent_run_id: Option<Arc<str>>,
     /// 0-based, one more for each event of the run.
     pub seq: u64,
     /// Wall-clock time of the event.
@@ -237,6 +242,10 @@ pub struct Event {
 struct EventLine {
     v: u32,
     run_id: String,
+    #[serde(default)]
+    agent: Option<String>,
+    #[serde(default)]
+    parent_run_id: Option<String>,
     seq: u64,
     ts: String,
     #[serde(flatten)]
@@ -248,6 +257,10 @@ struct EventLine {
 struct EventLineRef<'a> {
     v: u32,
     run_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    agent: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parent_run_id: Option<&'a str>,
     seq: u64,
     #[serde(serialize_with = "rfc3339_millis")]
     ts: SystemTime,
@@ -272,8 +285,15 @@ impl Event {
     /// Writes the line of [`Event::to_json`] to `out` without building it apart (no trailing newline).
     /// On an error, part of the line may have been written.
     pub fn write_json(&self, out: impl std::io::Write) -> serde_json::Result<()> {
-        let line =
-            EventLineRef { v: EVENT_VERSION, run_id: &self.run_id, seq: self.seq, ts: self.ts, kind: &self.kind };
+        let line = EventLineRef {
+            v: EVENT_VERSION,
+            run_id: &self.run_id,
+            agent: self.agent.as_deref(),
+            parent_run_id: self.parent_run_id.as_deref(),
+            seq: self.seq,
+            ts: self.ts,
+            kind: &self.kind,
+        };
         serde_json::to_writer(out, &line)
     }
 
@@ -284,7 +304,14 @@ impl Event {
             return Err(format!("unsupported event version {}", l.v));
         }
         let ts = humantime::parse_rfc3339(&l.ts).map_err(|e| e.to_string())?;
-        Ok(Event { run_id: Arc::from(l.run_id), seq: l.seq, ts, kind: l.kind })
+        Ok(Event {
+            run_id: Arc::from(l.run_id),
+            agent: l.agent.map(Arc::from),
+            parent_run_id: l.parent_run_id.map(Arc::from),
+            seq: l.seq,
+            ts,
+            kind: l.kind,
+        })
     }
 }
 
@@ -339,8 +366,26 @@ impl Emitter {
         include_content: bool,
     ) -> Self {
         let origin = (SystemTime::now(), Instant::now());
-        let event = Event { run_id, seq: 0, ts: origin.0, kind: EventKind::ModelStart { step: 0, messages: 0 } };
+        let event = Event {
+            run_id,
+            agent: None,
+            parent_run_id: None,
+            seq: 0,
+            ts: origin.0,
+            kind: EventKind::ModelStart { step: 0, messages: 0 },
+        };
         Emitter { event, observers, on_error, include_content, names: Vec::new(), origin }
+    }
+
+    /// Tags every event as one of the sub-agent `agent`'s run, started by `parent_run_id`.
+    pub(crate) fn tag(&mut self, agent: Arc<str>, parent_run_id: Arc<str>) {
+        self.event.agent = Some(agent);
+        self.event.parent_run_id = Some(parent_run_id);
+    }
+
+    /// The run's id.
+    pub(crate) fn run_id(&self) -> &Arc<str> {
+        &self.event.run_id
     }
 
     /// `name` as a shared string, the same one each time it is asked for.

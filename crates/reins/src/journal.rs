@@ -55,6 +55,19 @@ pub trait RunJournal: Send + Sync {
     async fn flush(&self) -> Result<(), JournalError>;
     /// The run ended with `outcome`: records it and waits until everything is durable.
     async fn finish(&self, outcome: &Outcome) -> Result<(), JournalError>;
+    /// A sub-agent `agent` of this run (`parent_run_id`) begins a run with this state and these tools: the
+    /// log of that child run, recorded with this run's (the same session). `Ok(None)` (the default): the
+    /// child run is not recorded.
+    async fn child(
+        &self,
+        agent: &str,
+        parent_run_id: &str,
+        state: &RunState,
+        tools: &[ToolSpec],
+    ) -> Result<Option<Arc<dyn RunJournal>>, JournalError> {
+        let _ = (agent, parent_run_id, state, tools);
+        Ok(None)
+    }
 }
 
 /// Feeds the driver's events into a run journal.

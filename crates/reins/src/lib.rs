@@ -39,6 +39,7 @@ pub mod output;
 pub mod policy;
 pub mod registry;
 pub mod spans;
+pub mod subagent;
 pub mod testing;
 pub mod tool;
 pub mod transcript;
@@ -68,10 +69,11 @@ pub use message::{Message, ToolCall, ToolResult};
 pub use model::{
     Conversation, Delta, DeltaSink, FinishReason, Model, ModelError, ModelIdentity, ModelRequest, ModelResponse,
 };
-pub use outcome::{Outcome, Status};
+pub use outcome::{AgentTotals, Outcome, Status};
 pub use output::{FINAL_ANSWER_TOOL, OutputSchema, OutputSchemaError};
 pub use policy::{Decision, Policy, PolicyDecision};
 pub use registry::{CallError, Registry, RegistryBuilder, RegistryError, ToolSource, is_valid_tool_name};
+pub use subagent::{AgentTool, AgentToolError};
 pub use testing::{FnModel, ScriptError, ScriptStep, ScriptedModel, parse_script};
 pub use tool::{FnTool, Tool, ToolContext, ToolError, ToolOutput, ToolSpec, Typed, TypedTool, typed};
 pub use transcript::{Transcript, TranscriptError, drop_marker};

@@ -1,5 +1,7 @@
 //! How a run ended.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::message::Message;
@@ -107,7 +109,45 @@ pub struct Outcome {
     /// for a decision) in call order. Empty otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending: Vec<crate::approval::PendingCall>,
+    /// What the run's sub-agents spent, by name (their usage is already in `usage`; their steps and tool
+    /// calls counted against the run's limits but are not in `steps` and `tool_calls`). Absent without any.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub agents: BTreeMap<String, AgentTotals>,
     /// The whole transcript: every assistant tool call has exactly one result (but those of a batch
     /// awaiting approval, which has none yet).
     pub messages: Vec<Message>,
+}
+
+/// What one sub-agent spent over the runs a parent started (see `AgentTool`): `{"runs", "steps",
+/// "tool_calls", "usage"}`, plus `"cost_usd"` where the price is known. A sub-agent's own sub-agents are
+/// counted in its totals.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentTotals {
+    /// How many runs of it were started.
+    pub runs: u64,
+    /// Model responses received by those runs.
+    pub steps: u64,
+    /// Tool calls they admitted.
+    pub tool_calls: u64,
+    /// Their usage.
+    pub usage: UsageTotals,
+    /// Their cost in US dollars, when the price of every model they called is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+}
+
+impl AgentTotals {
+    /// Adds `other` (saturating; usage that would overflow is left as it was).
+    pub fn add(&mut self, other: &AgentTotals) {
+        self.runs = self.runs.saturating_add(other.runs);
+        self.steps = self.steps.saturating_add(other.steps);
+        self.tool_calls = self.tool_calls.saturating_add(other.tool_calls);
+        if let Some(u) = self.usage.add_totals(&other.usage) {
+            self.usage = u;
+        }
+        self.cost_usd = match (self.cost_usd, other.cost_usd) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+    }
 }

@@ -91,6 +91,8 @@ pub struct Registry {
     entries: Vec<Entry>,
     index: HashMap<String, usize>,
     specs: Arc<[ToolSpec]>,
+    /// True when a tool is a sub-agent (the driver then shares the run's budget with its calls).
+    sub_agents: bool,
 }
 
 impl std::fmt::Debug for Registry {
@@ -132,7 +134,7 @@ impl Registry {
 
     /// A registry with no tools.
     pub fn empty() -> Registry {
-        Registry { entries: Vec::new(), index: HashMap::new(), specs: Arc::from(Vec::new()) }
+        Registry { entries: Vec::new(), index: HashMap::new(), specs: Arc::from(Vec::new()), sub_agents: false }
     }
 
     /// Builds a registry from tools: refuses invalid or duplicate names and invalid schemas.
@@ -153,7 +155,13 @@ impl Registry {
             entries.push(Entry { tool, validator: Arc::new(validator), numbers });
         }
         let specs: Arc<[ToolSpec]> = entries.iter().map(|e| e.tool.spec().clone()).collect();
-        Ok(Registry { entries, index, specs })
+        let sub_agents = entries.iter().any(|e| e.tool.sub_agent());
+        Ok(Registry { entries, index, specs, sub_agents })
+    }
+
+    /// True when one of its tools is a sub-agent ([`Tool::sub_agent`]).
+    pub fn has_sub_agents(&self) -> bool {
+        self.sub_agents
     }
 
     /// The same tools plus the final-answer tool of `schema` (see [`crate::output`]): the compiled schemas
@@ -171,7 +179,7 @@ impl Registry {
         index.insert(name, entries.len());
         entries.push(Entry { tool, validator: Arc::new(validator), numbers });
         let specs: Arc<[ToolSpec]> = entries.iter().map(|e| e.tool.spec().clone()).collect();
-        Ok(Registry { entries, index, specs })
+        Ok(Registry { entries, index, specs, sub_agents: self.sub_agents })
     }
 
     /// The specs of every tool, in registration order.

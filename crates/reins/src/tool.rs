@@ -162,6 +162,12 @@ pub trait Tool: Send + Sync {
         false
     }
 
+    /// True for a sub-agent ([`crate::AgentTool`]): its runs spend the calling run's budget, so the driver
+    /// gives its calls the run's budget left (see [`crate::subagent`]).
+    fn sub_agent(&self) -> bool {
+        false
+    }
+
     /// Runs the call.
     async fn call(&self, arguments: serde_json::Value, ctx: ToolContext) -> Result<ToolOutput, ToolError>;
 }

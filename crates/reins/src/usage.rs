@@ -124,4 +124,19 @@ impl UsageTotals {
         }
         Some(next)
     }
+
+    /// Adds another run's totals (a sub-agent's). Returns `None`, leaving `self` unchanged, on overflow.
+    #[must_use]
+    pub fn add_totals(&self, o: &UsageTotals) -> Option<UsageTotals> {
+        Some(UsageTotals {
+            input_tokens: self.input_tokens.checked_add(o.input_tokens)?,
+            output_tokens: self.output_tokens.checked_add(o.output_tokens)?,
+            total_tokens: self.total_tokens.checked_add(o.total_tokens)?,
+            cached_input_tokens: self.cached_input_tokens.checked_add(o.cached_input_tokens)?,
+            cache_write_tokens: self.cache_write_tokens.checked_add(o.cache_write_tokens)?,
+            reasoning_tokens: self.reasoning_tokens.checked_add(o.reasoning_tokens)?,
+            calls_with_usage: self.calls_with_usage.checked_add(o.calls_with_usage)?,
+            calls_without_usage: self.calls_without_usage.checked_add(o.calls_without_usage)?,
+        })
+    }
 }

@@ -28,6 +28,7 @@ use crate::output::OutputSchema;
 use crate::policy::Policy;
 use crate::registry::{Registry, ToolSource};
 use crate::spans;
+use crate::subagent::{Left, Link, RunScope};
 use crate::tool::{ToolContext, ToolError};
 
 /// Why [`Agent::run_typed`] has no value to give.
@@ -347,6 +348,23 @@ impl Agent {
         self.instructions.as_deref()
     }
 
+    /// The instructions a new run gets, shared.
+    pub fn instructions_shared(&self) -> Option<Arc<str>> {
+        self.instructions.clone()
+    }
+
+    /// True when a run's registry may hold a sub-agent (a tool source's tools may change).
+    fn registry_may_hold_sub_agents(&self) -> bool {
+        self.tool_source.is_some() || self.registry.has_sub_agents()
+    }
+
+    /// True when every tool is parallel-safe (no tool source, whose tools may change): a sub-agent
+    /// ([`crate::AgentTool`]) of this agent then runs concurrently with other parallel-safe calls.
+    pub fn all_tools_parallel_safe(&self) -> bool {
+        self.tool_source.is_none()
+            && self.registry.specs().iter().all(|s| self.registry.get(&s.name).is_some_and(|t| t.parallel_safe()))
+    }
+
     /// The tools.
     pub fn registry(&self) -> &Registry {
         &self.registry
@@ -420,7 +438,7 @@ impl Agent {
             Ok(state) => {
                 let state =
                     state.with_instructions(self.instructions.clone(), &self.context).with_output_schema(Some(&schema));
-                self.drive_traced(state, cancel, Some(&schema), None).await
+                self.drive_traced(state, cancel, Some(&schema), None, None).await
             }
             Err(e) => self.refused(prompt, e),
         };
@@ -449,6 +467,7 @@ impl Agent {
             compactions: 0,
             output: None,
             pending: Vec::new(),
+            agents: Default::default(),
             messages: vec![Message::user(prompt)],
         }
     }
@@ -480,7 +499,7 @@ impl Agent {
         let schema = self.output_schema.as_ref();
         let state =
             if schema.is_some() && state.output_valid().is_none() { state.with_output_schema(schema) } else { state };
-        self.drive_traced(state, cancel, schema, performer).await
+        self.drive_traced(state, cancel, schema, performer, None).await
     }
 
     /// Drives `state` inside the run's span.
@@ -490,11 +509,22 @@ impl Agent {
         cancel: CancellationToken,
         output: Option<&OutputSchema>,
         performer: Option<&dyn Performer>,
+        link: Option<Link>,
     ) -> Outcome {
         let span = spans::run_span(self.name.as_deref(), state.run_id());
         let info =
             if span.is_disabled() { ModelIdentity::default() } else { spans::model(&span, self.model.identity()) };
-        spans::within(&span, self.drive_inner(state, cancel, output, performer, &span, &info)).await
+        spans::within(&span, self.drive_inner(state, cancel, output, performer, &span, &info, link)).await
+    }
+
+    /// [`Agent::drive`], for a sub-agent's run when `link` ties it to the run that started it: the parent's
+    /// observers hear its events (tagged), its spending is counted into the parent, and it is recorded as a
+    /// child run of the parent's journal (see [`crate::subagent`]).
+    pub(crate) async fn drive_linked(&self, state: RunState, cancel: CancellationToken, link: Link) -> Outcome {
+        let schema = self.output_schema.as_ref();
+        let state =
+            if schema.is_some() && state.output_valid().is_none() { state.with_output_schema(schema) } else { state };
+        self.drive_traced(state, cancel, schema, None, Some(link)).await
     }
 
     /// The tools of a step: the registry, plus the output schema's final-answer tool.
@@ -506,6 +536,7 @@ impl Agent {
     }
 
     /// The run's body, inside its span (`run_span`; `info`: its model, for the spans of its calls).
+    #[allow(clippy::too_many_arguments)]
     async fn drive_inner(
         &self,
         mut state: RunState,
@@ -514,6 +545,7 @@ impl Agent {
         performer: Option<&dyn Performer>,
         run_span: &Span,
         info: &ModelIdentity,
+        link: Option<Link>,
     ) -> Outcome {
         let started = Instant::now();
         state.set_prices(self.model.price(), self.compact_model.as_ref().and_then(|m| m.price()));
@@ -539,15 +571,23 @@ impl Agent {
             base
         });
         let mut journal_error = None;
-        let journal: Option<Arc<dyn RunJournal>> = match &self.journal {
+        let started_log = match (link.as_ref().and_then(Link::journal), &self.journal) {
+            // A sub-agent's run is a child run in its parent's log (or, when the parent keeps none, in its own).
+            (Some(parent), _) => {
+                let name = link.as_ref().map_or("", |l| &*l.name);
+                let parent_run = link.as_ref().map_or("", |l| &**l.parent_run_id());
+                parent.child(name, parent_run, &state, registry.specs()).await.transpose()
+            }
+            (None, Some(j)) => Some(j.start(&state, registry.specs()).await),
+            (None, None) => None,
+        };
+        let journal: Option<Arc<dyn RunJournal>> = match started_log {
             None => None,
-            Some(j) => match j.start(&state, registry.specs()).await {
-                Ok(rj) => Some(rj),
-                Err(e) => {
-                    journal_error = Some(e);
-                    None
-                }
-            },
+            Some(Ok(rj)) => Some(rj),
+            Some(Err(e)) => {
+                journal_error = Some(e);
+                None
+            }
         };
         let session_id = journal.as_ref().map(|j| j.session_id().to_owned());
         // What every tool call's idempotency key starts with (made once per run, not per call).
@@ -557,11 +597,23 @@ impl Agent {
         ));
         let mut journaled = journal.as_ref().map_or(0, |j| j.recorded());
         let mut observers = self.observers.clone();
+        let (mut on_observer_error, mut include_content) = (self.on_observer_error.clone(), self.include_content);
+        if let Some(link) = &link {
+            observers.extend(link.observers().iter().cloned());
+            observers.push(link.spend_observer(state.run_id()));
+            on_observer_error = on_observer_error.or_else(|| link.on_observer_error().cloned());
+            include_content |= link.include_content();
+        }
+        // What this run's own sub-agents inherit: every observer but the journal's.
+        let inherited = self.registry_may_hold_sub_agents().then(|| observers.clone());
         if let Some(j) = &journal {
             observers.push(Arc::new(JournalObserver(j.clone())));
         }
         let mut emitter =
-            Emitter::new(Arc::from(state.run_id()), observers, self.on_observer_error.clone(), self.include_content);
+            Emitter::new(Arc::from(state.run_id()), observers, on_observer_error.clone(), include_content);
+        if let Some(link) = &link {
+            emitter.tag(Arc::clone(&link.name), Arc::clone(link.parent_run_id()));
+        }
         if let Some(e) = journal_error {
             state.interrupt(Status::Aborted, e.to_string(), &self.context);
         }
@@ -580,12 +632,10 @@ impl Agent {
         }
         if emitter.active() {
             let tools = registry.specs().iter().map(|s| s.name.clone()).collect();
-            let prompt = self
-                .include_content
-                .then(|| state.transcript().to_vec().first().map(|m| m.content().to_owned()))
-                .flatten();
+            let prompt =
+                include_content.then(|| state.transcript().to_vec().first().map(|m| m.content().to_owned())).flatten();
             let instructions_chars = state.instructions().map_or(0, |t| t.chars().count() as u64);
-            let instructions = self.include_content.then(|| state.instructions().map(str::to_owned)).flatten();
+            let instructions = include_content.then(|| state.instructions().map(str::to_owned)).flatten();
             emitter.emit(EventKind::RunStart {
                 tools,
                 instructions_chars,
@@ -611,6 +661,8 @@ impl Agent {
                 journal_sync(j.as_ref(), &state, &mut journaled);
             }
             let steps_so_far = state.steps();
+            // What sub-agents may spend: taken before the step (the batch borrows the state).
+            let left = registry.has_sub_agents().then(|| Left::of(&state));
             match state.next_action(&registry, &self.context) {
                 Action::Finished => break,
                 Action::CallModel(request) => {
@@ -663,7 +715,7 @@ impl Agent {
                     let answered = response.is_ok();
                     let summary = response.as_ref().ok().filter(|_| emitter.active()).map(|r| {
                         let cost_usd = state.price().zip(r.usage.as_ref()).map(|(p, u)| p.cost(u));
-                        let text = self.include_content.then(|| r.text.clone());
+                        let text = include_content.then(|| r.text.clone());
                         (r.usage, r.tool_calls.len(), text, r.finish_reason.clone(), cost_usd)
                     });
                     let admission = state.on_model_response(response, &registry, self.policy.as_deref(), &self.context);
@@ -885,6 +937,20 @@ impl Agent {
                         }
                     }
                     let mut slots: Vec<Slot> = vec![Slot::default(); batch.len()];
+                    // Sub-agent calls get the run's budget left and report what they spend (see `subagent`).
+                    let scope = left.map(|left| {
+                        Arc::new(RunScope::new(
+                            Arc::clone(emitter.run_id()),
+                            left,
+                            &batch,
+                            &registry,
+                            inherited.clone().unwrap_or_default(),
+                            on_observer_error.clone(),
+                            include_content,
+                            journal.clone(),
+                            deadline.map(tokio::time::Instant::into_std),
+                        ))
+                    });
                     let outcome = {
                         let at = BatchAt { step: steps_so_far, key_prefix: &key_prefix };
                         let work = self.run_batch(
@@ -897,6 +963,12 @@ impl Agent {
                             performer,
                             at,
                         );
+                        let work = async {
+                            match &scope {
+                                Some(scope) => Arc::clone(scope).enter(work).await,
+                                None => work.await,
+                            }
+                        };
                         tokio::select! {
                             biased;
                             _ = &mut cancelled => Some(Interrupt::Cancelled),
@@ -936,6 +1008,11 @@ impl Agent {
                     }
                     if let Some((Status::Timeout, reason)) = &end {
                         emitter.emit(EventKind::LimitHit { status: Status::Timeout, detail: reason.clone() });
+                    }
+                    if let Some(scope) = &scope {
+                        for (name, spent) in scope.take_spent() {
+                            state.add_agent_spend(&name, &spent);
+                        }
                     }
                     let results = slots.into_iter().map(|s| s.result).collect();
                     state.record_batch(results, &unfinished, end, &self.context);

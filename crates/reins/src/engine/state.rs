@@ -2,6 +2,7 @@
 //! spawns, reads a clock or touches the network. Its state serializes, so a run can be persisted between
 //! steps and resumed elsewhere.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -14,7 +15,7 @@ use crate::image::Image;
 use crate::limits::{ConfigError, Limits};
 use crate::message::{Message, ToolCall, ToolResult};
 use crate::model::{FinishReason, ModelError, ModelRequest, ModelResponse};
-use crate::outcome::{Outcome, Status};
+use crate::outcome::{AgentTotals, Outcome, Status};
 use crate::output::{FINAL_ANSWER_TOOL, OutputSchema, OutputState, WRAPPED_KEY, json_in_text, reminder};
 use crate::policy::{Decision, Policy};
 use crate::registry::Registry;
@@ -225,6 +226,9 @@ pub struct RunState {
     /// Why the last model response stopped, where it said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     finish_reason: Option<FinishReason>,
+    /// What its sub-agents spent, by name (their usage is in `usage` too).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    agents: BTreeMap<String, AgentTotals>,
     phase: Phase,
     /// The batch left waiting when the run ended `awaiting_approval`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -261,6 +265,7 @@ impl RunState {
             compact_price: None,
             cost_usd: 0.0,
             finish_reason: None,
+            agents: BTreeMap::new(),
             phase: Phase::Ready,
             awaiting: Vec::new(),
         })
@@ -313,6 +318,7 @@ impl RunState {
             compact_price: None,
             cost_usd: 0.0,
             finish_reason: None,
+            agents: BTreeMap::new(),
             phase: Phase::Ready,
             awaiting: Vec::new(),
         })
@@ -433,9 +439,37 @@ impl RunState {
         self.compactions
     }
 
-    /// Usage so far.
+    /// Usage so far (its sub-agents' included).
     pub fn usage(&self) -> &UsageTotals {
         &self.usage
+    }
+
+    /// What its sub-agents spent so far, by name.
+    pub fn agents(&self) -> &BTreeMap<String, AgentTotals> {
+        &self.agents
+    }
+
+    /// Model responses received by its sub-agents: they count against `max_steps` with the run's own.
+    pub fn agent_steps(&self) -> u64 {
+        self.agents.values().fold(0, |n, a| n.saturating_add(a.steps))
+    }
+
+    /// Tool calls admitted by its sub-agents: they count against `max_tool_calls` with the run's own.
+    pub fn agent_tool_calls(&self) -> u64 {
+        self.agents.values().fold(0, |n, a| n.saturating_add(a.tool_calls))
+    }
+
+    /// Rolls what the sub-agent `name` spent into the run: its usage into the run's usage (token limits
+    /// apply to the sum from the next step on), its steps and tool calls into what the run's limits count,
+    /// and all of it into the per-agent breakdown of the outcome.
+    pub fn add_agent_spend(&mut self, name: &str, spent: &AgentTotals) {
+        if let Some(u) = self.usage.add_totals(&spent.usage) {
+            self.usage = u;
+        }
+        if let Some(c) = spent.cost_usd {
+            self.cost_usd += c;
+        }
+        self.agents.entry(name.to_owned()).or_default().add(spent);
     }
 
     /// The transcript so far.
@@ -460,12 +494,25 @@ impl RunState {
     pub fn next_action(&mut self, registry: &Registry, ctx: &ContextConfig) -> Action<'_> {
         if let Phase::Ready = self.phase {
             if let Some(max) = self.limits.max_steps {
-                if self.steps >= max {
+                let agents = if self.agents.is_empty() { 0 } else { self.agent_steps() };
+                if self.steps.saturating_add(agents) >= max {
+                    let of_agents = if agents > 0 { format!(" and {agents} of its sub-agents") } else { String::new() };
                     self.end(
                         Status::StepLimit,
                         None,
-                        Some(format!("step limit reached: {} model responses (max_steps {max})", self.steps)),
+                        Some(format!(
+                            "step limit reached: {} model responses{of_agents} (max_steps {max})",
+                            self.steps
+                        )),
                     );
+                    return Action::Finished;
+                }
+            }
+            if !self.agents.is_empty() {
+                // Sub-agents' usage was rolled in after the last response: it may have passed a token limit.
+                if let Some(detail) = self.token_limit_hit() {
+                    let detail = detail.replace("; the turn was not recorded", " (with the sub-agents' usage)");
+                    self.end(Status::TokenLimit, None, Some(detail));
                     return Action::Finished;
                 }
             }
@@ -848,7 +895,12 @@ impl RunState {
         let counter = ctx.counter.as_ref();
         let n = tool_calls.len() as u64;
         if let Some(max) = self.limits.max_tool_calls {
-            let left = max.saturating_sub(self.tool_calls);
+            let used = if self.agents.is_empty() {
+                self.tool_calls
+            } else {
+                self.tool_calls.saturating_add(self.agent_tool_calls())
+            };
+            let left = max.saturating_sub(used);
             if n > left {
                 return self.end(
                     Status::ToolLimit,
@@ -1144,6 +1196,7 @@ impl RunState {
             compact_price: None,
             cost_usd: 0.0,
             finish_reason: None,
+            agents: BTreeMap::new(),
             phase: Phase::AwaitingTools { plans, assistant_size, edits },
             awaiting: Vec::new(),
         })
@@ -1321,6 +1374,7 @@ impl RunState {
             compactions: self.compactions,
             output: self.output().cloned(),
             pending: self.awaiting.clone(),
+            agents: self.agents.clone(),
             messages,
         }
     }

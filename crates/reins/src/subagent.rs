@@ -1,0 +1,434 @@
+//! Sub-agents: an [`Agent`] offered to another agent as a tool ([`AgentTool`]), taking `{"task": string}`.
+//!
+//! A sub-agent's run is a run of its own (its own state machine, transcript, tools and limits) driven inside
+//! the parent's tool call, and bound to the parent:
+//!
+//! - **Budget.** Its limits are the smaller of its own and what the parent has left: model responses (less
+//!   one, kept for the parent's answer), tool calls, input/output/total tokens, and the parent's deadline.
+//!   Sub-agent calls that run concurrently in one batch (all their tools parallel-safe) split what is left
+//!   equally, so together they cannot spend more than the parent has. A call made when nothing is left is an
+//!   error result and starts no run.
+//! - **Roll-up.** What it spends — counted from its events as they happen, so a run cut short by a timeout
+//!   or a cancellation is counted too — is added to the parent after the batch: its usage into the parent's
+//!   usage (token limits apply to the sum), its steps and tool calls into what the parent's limits count,
+//!   and all of it into the outcome's per-agent breakdown ([`crate::Outcome::agents`]). A sub-agent's own
+//!   sub-agents are counted in its totals.
+//! - **Events.** Its events go to the parent's observers, tagged with `agent` and `parent_run_id`.
+//! - **Record.** With a journal, its run is recorded as a child run of the parent's, in the same session
+//!   ([`crate::RunJournal::child`]).
+//! - **Cancellation.** The parent's cancellation, deadline and per-tool timeout reach it (it hears the call's
+//!   token).
+//! - **Failure.** Any end but `completed` is an error result for the parent (the status and the error), never
+//!   the parent's failure; `completed` gives the parent the sub-agent's answer.
+//!
+//! Nesting: a sub-agent's agent may itself hold sub-agents; the budget, roll-up, tags and record compose.
+//! (`reins-agent`'s agent files allow one level.)
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use async_trait::async_trait;
+
+use crate::engine::driver::Agent;
+use crate::engine::state::{Plan, PlannedCall, RunState};
+use crate::events::{Event, EventKind, Observer, ObserverError, ObserverErrorHook};
+use crate::journal::RunJournal;
+use crate::limits::Limits;
+use crate::outcome::{AgentTotals, Status};
+use crate::registry::{Registry, is_valid_tool_name};
+use crate::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
+
+tokio::task_local! {
+    /// The run whose batch is calling: set by the driver around a batch when its registry holds a sub-agent.
+    static SCOPE: Arc<RunScope>;
+}
+
+/// What a run has left, at the start of a batch, less what its sub-agents spent since.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Left {
+    steps: Option<u64>,
+    tool_calls: Option<u64>,
+    input: Option<u64>,
+    output: Option<u64>,
+    total: Option<u64>,
+    cost: Option<f64>,
+}
+
+#[derive(Default)]
+struct Ledger {
+    /// What the run had left when the batch began.
+    start: Left,
+    /// That, less what the batch's sub-agents spent since.
+    left: Left,
+    spent: BTreeMap<String, AgentTotals>,
+}
+
+/// What the driver shares with the sub-agent calls of one batch: who the parent is (run id, observers,
+/// journal), its budget left and what its sub-agents spend.
+pub(crate) struct RunScope {
+    run_id: Arc<str>,
+    observers: Vec<Arc<dyn Observer>>,
+    on_observer_error: Option<ObserverErrorHook>,
+    include_content: bool,
+    journal: Option<Arc<dyn RunJournal>>,
+    deadline: Option<Instant>,
+    /// For each sub-agent call of the batch, how many sub-agent calls run concurrently with it (itself
+    /// included).
+    shares: Vec<(String, u64)>,
+    ledger: Mutex<Ledger>,
+}
+
+/// A sub-agent run's tie to the run that started it.
+pub(crate) struct Link {
+    /// The sub-agent's name (its tool name in the parent).
+    pub(crate) name: Arc<str>,
+    /// The parent's batch.
+    pub(crate) parent: Arc<RunScope>,
+}
+
+impl Link {
+    pub(crate) fn parent_run_id(&self) -> &Arc<str> {
+        &self.parent.run_id
+    }
+    pub(crate) fn observers(&self) -> &[Arc<dyn Observer>] {
+        &self.parent.observers
+    }
+    pub(crate) fn on_observer_error(&self) -> Option<&ObserverErrorHook> {
+        self.parent.on_observer_error.as_ref()
+    }
+    pub(crate) fn include_content(&self) -> bool {
+        self.parent.include_content
+    }
+    pub(crate) fn journal(&self) -> Option<&Arc<dyn RunJournal>> {
+        self.parent.journal.as_ref()
+    }
+    /// The observer that counts what the sub-agent's run (with its own sub-agents) spends into the parent.
+    pub(crate) fn spend_observer(&self, run_id: &str) -> Arc<dyn Observer> {
+        Arc::new(Spend { scope: Arc::clone(&self.parent), name: self.name.to_string(), run_id: Arc::from(run_id) })
+    }
+}
+
+impl Left {
+    /// What the run `state` has left for its sub-agents now.
+    pub(crate) fn of(state: &RunState) -> Left {
+        let l = state.limits();
+        let u = state.usage();
+        let used_steps = state.steps().saturating_add(state.agent_steps());
+        Left {
+            // One response is kept for the parent to read the results and answer.
+            steps: l.max_steps.map(|m| m.saturating_sub(used_steps).saturating_sub(1)),
+            tool_calls: l
+                .max_tool_calls
+                .map(|m| m.saturating_sub(state.tool_calls().saturating_add(state.agent_tool_calls()))),
+            input: l.max_input_tokens.map(|m| m.saturating_sub(u.input_tokens)),
+            output: l.max_output_tokens.map(|m| m.saturating_sub(u.output_tokens)),
+            total: l.max_total_tokens.map(|m| m.saturating_sub(u.total_tokens)),
+            cost: l.max_cost_usd.map(|m| (m - state.cost_usd().unwrap_or(0.0)).max(0.0)),
+        }
+    }
+}
+
+impl RunScope {
+    /// The scope of a batch of the run `run_id`, which has `left` (taken before the batch was admitted;
+    /// admitting it changes none of these), and the shares of its sub-agent calls (runs of consecutive
+    /// parallel-safe calls run concurrently, as the driver runs them).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        run_id: Arc<str>,
+        left: Left,
+        batch: &[PlannedCall<'_>],
+        registry: &Registry,
+        observers: Vec<Arc<dyn Observer>>,
+        on_observer_error: Option<ObserverErrorHook>,
+        include_content: bool,
+        journal: Option<Arc<dyn RunJournal>>,
+        deadline: Option<Instant>,
+    ) -> RunScope {
+        let tool = |p: &PlannedCall<'_>| match p.plan {
+            Plan::Run => registry.get(&p.call.name),
+            Plan::Reject { .. } | Plan::Ask { .. } => None,
+        };
+        let mut shares = Vec::new();
+        let mut i = 0;
+        while i < batch.len() {
+            let mut j = i + 1;
+            if tool(&batch[i]).is_some_and(|t| t.parallel_safe()) {
+                while j < batch.len() && tool(&batch[j]).is_some_and(|t| t.parallel_safe()) {
+                    j += 1;
+                }
+            }
+            let agents: Vec<&str> = batch[i..j]
+                .iter()
+                .filter(|p| tool(p).is_some_and(|t| t.sub_agent()))
+                .map(|p| p.call.id.as_str())
+                .collect();
+            let n = agents.len() as u64;
+            shares.extend(agents.into_iter().map(|id| (id.to_owned(), n)));
+            i = j;
+        }
+        RunScope {
+            run_id,
+            observers,
+            on_observer_error,
+            include_content,
+            journal,
+            deadline,
+            shares,
+            ledger: Mutex::new(Ledger { start: left, left, spent: BTreeMap::new() }),
+        }
+    }
+
+    /// Runs `work` (the batch) with this scope visible to the sub-agent calls in it.
+    pub(crate) async fn enter<F: std::future::Future>(self: Arc<Self>, work: F) -> F::Output {
+        SCOPE.scope(self, work).await
+    }
+
+    fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// What the batch's sub-agents spent, by name (taken: a second call returns nothing).
+    pub(crate) fn take_spent(&self) -> BTreeMap<String, AgentTotals> {
+        std::mem::take(&mut self.ledger().spent)
+    }
+
+    /// The limits of a sub-agent run started by the call `call_id`: the smaller of `own` and the parent's
+    /// share left. An error when nothing is left of a limit the parent has.
+    fn carve(&self, own: &Limits, call_id: &str) -> Result<Limits, String> {
+        let share = self.shares.iter().find(|(id, _)| id == call_id).map_or(1, |(_, n)| (*n).max(1));
+        // Concurrent calls each get an equal share of what was left when the batch began (whichever of them
+        // starts first); a call after others gets what they left.
+        let (start, left) = {
+            let l = self.ledger();
+            (l.start, l.left)
+        };
+        let split = |start: Option<u64>, left: Option<u64>| match (start, left) {
+            (Some(s), Some(l)) => Some(l.min(s / share)),
+            (s, l) => l.or(s),
+        };
+        let left = Left {
+            steps: split(start.steps, left.steps),
+            tool_calls: split(start.tool_calls, left.tool_calls),
+            input: split(start.input, left.input),
+            output: split(start.output, left.output),
+            total: split(start.total, left.total),
+            cost: match (start.cost, left.cost) {
+                (Some(s), Some(l)) => Some(l.min(s / share as f64)),
+                (s, l) => l.or(s),
+            },
+        };
+        let min = |own: Option<u64>, left: Option<u64>| match (own, left) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let shared =
+            if share > 1 { format!(" (shared by {share} sub-agents running together)") } else { String::new() };
+        let mut limits = own.clone();
+        limits.max_steps = min(own.max_steps, left.steps);
+        if limits.max_steps == Some(0) {
+            return Err(format!("the parent run has no model responses left for it{shared} (max_steps)"));
+        }
+        limits.max_tool_calls = min(own.max_tool_calls, left.tool_calls);
+        for (name, own, left, set) in [
+            ("max_input_tokens", own.max_input_tokens, left.input, 0),
+            ("max_output_tokens", own.max_output_tokens, left.output, 1),
+            ("max_total_tokens", own.max_total_tokens, left.total, 2),
+        ] {
+            let v = min(own, left);
+            if v == Some(0) {
+                return Err(format!("the parent run has no tokens left for it{shared} ({name})"));
+            }
+            match set {
+                0 => limits.max_input_tokens = v,
+                1 => limits.max_output_tokens = v,
+                _ => limits.max_total_tokens = v,
+            }
+        }
+        if let Some(left) = left.cost {
+            if left <= 0.0 {
+                return Err(format!("the parent run has no cost left for it{shared} (max_cost_usd)"));
+            }
+            limits.max_cost_usd = Some(own.max_cost_usd.map_or(left, |c| c.min(left)));
+        }
+        if let Some(deadline) = self.deadline {
+            let rest = deadline.saturating_duration_since(Instant::now());
+            if rest < crate::limits::MIN_DURATION {
+                return Err("the parent run's deadline has passed".into());
+            }
+            limits.timeout = Some(own.timeout.map_or(rest, |t| t.min(rest)));
+        }
+        Ok(limits)
+    }
+}
+
+/// Counts a sub-agent run's spending (and its own sub-agents') into the parent's ledger as its events come.
+struct Spend {
+    scope: Arc<RunScope>,
+    name: String,
+    run_id: Arc<str>,
+}
+
+impl Observer for Spend {
+    fn on_event(&self, event: &Event) -> Result<(), ObserverError> {
+        let (runs, steps, tool_calls, usage, cost) = match &event.kind {
+            EventKind::RunStart { .. } if event.run_id == self.run_id => (1, 0, 0, None, None),
+            EventKind::ModelEnd { usage, cost_usd, .. } => (0, 1, 0, Some(*usage), *cost_usd),
+            EventKind::CompactionEnd { usage, .. } => (0, 0, 0, Some(*usage), None),
+            EventKind::ToolStart { .. } => (0, 0, 1, None, None),
+            _ => return Ok(()),
+        };
+        let mut ledger = self.scope.ledger();
+        let Ledger { left, spent, .. } = &mut *ledger;
+        let t = spent.entry(self.name.clone()).or_default();
+        t.runs += runs;
+        t.steps += steps;
+        t.tool_calls += tool_calls;
+        let take = |l: &mut Option<u64>, n: u64| {
+            if let Some(l) = l {
+                *l = l.saturating_sub(n);
+            }
+        };
+        if let Some(c) = cost {
+            t.cost_usd = Some(t.cost_usd.unwrap_or(0.0) + c);
+            if let Some(l) = &mut left.cost {
+                *l = (*l - c).max(0.0);
+            }
+        }
+        take(&mut left.steps, steps);
+        take(&mut left.tool_calls, tool_calls);
+        if let Some(usage) = usage {
+            if let Some(u) = t.usage.add(usage.as_ref()) {
+                t.usage = u;
+            }
+            if let Some(u) = usage {
+                take(&mut left.input, u.input_tokens);
+                take(&mut left.output, u.output_tokens);
+                take(&mut left.total, u.input_tokens.saturating_add(u.output_tokens));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An [`Agent`] offered to another agent as the tool `name`, taking `{"task": string}`: each call runs the
+/// agent on the task as a sub-agent of the calling run (see the [module](crate::subagent)) and returns its
+/// answer. Calls may run concurrently with other parallel-safe calls when every tool of the agent is
+/// parallel-safe (read-only).
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use reins::{Agent, AgentTool, ModelResponse, Registry, ScriptedModel, Status, ToolCall};
+/// let helper = Agent::builder(ScriptedModel::new(vec![ModelResponse::text("42")])).build().unwrap();
+/// let tool = AgentTool::new("helper", "Answers questions.", helper).unwrap();
+/// let parent = Agent::builder(ScriptedModel::new(vec![
+///     ModelResponse::tool_calls("", vec![ToolCall::new("1", "helper", serde_json::json!({"task": "6 x 7?"}))]),
+///     ModelResponse::text("It is 42."),
+/// ]))
+/// .registry(Registry::builder().tool(tool).build().unwrap())
+/// .build()
+/// .unwrap();
+/// let outcome = parent.run("Ask the helper.", tokio_util::sync::CancellationToken::new()).await;
+/// assert_eq!(outcome.status, Status::Completed);
+/// assert_eq!(outcome.messages[2].content(), "42");
+/// assert_eq!(outcome.agents["helper"].steps, 1);
+/// # });
+/// ```
+pub struct AgentTool {
+    name: Arc<str>,
+    spec: ToolSpec,
+    agent: Arc<Agent>,
+    parallel: bool,
+}
+
+/// Why an [`AgentTool`] could not be made.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid sub-agent name {0:?}: names start with a letter and hold 1-64 letters, digits, '_' or '-'")]
+pub struct AgentToolError(pub String);
+
+impl AgentTool {
+    /// The agent as the tool `name` with this description (what the parent's model is told it does).
+    pub fn new(name: &str, description: &str, agent: Agent) -> Result<Self, AgentToolError> {
+        Self::shared(name, description, Arc::new(agent))
+    }
+
+    /// The same with a shared agent.
+    pub fn shared(name: &str, description: &str, agent: Arc<Agent>) -> Result<Self, AgentToolError> {
+        if !is_valid_tool_name(name) {
+            return Err(AgentToolError(name.to_owned()));
+        }
+        let spec = ToolSpec {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            input_schema: serde_json::json!({
+                "type": "object",
+                "properties": {"task": {"type": "string", "description": "What the sub-agent should do, in full: it sees nothing else of this conversation."}},
+                "required": ["task"],
+                "additionalProperties": false
+            }),
+        };
+        let parallel = agent.all_tools_parallel_safe();
+        Ok(AgentTool { name: Arc::from(name), spec, agent, parallel })
+    }
+
+    /// The agent it runs.
+    pub fn agent(&self) -> &Agent {
+        &self.agent
+    }
+}
+
+#[async_trait]
+impl Tool for AgentTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    /// True when every tool of the sub-agent is parallel-safe (read-only): then its calls run concurrently.
+    fn parallel_safe(&self) -> bool {
+        self.parallel
+    }
+
+    fn sub_agent(&self) -> bool {
+        true
+    }
+
+    /// True when every tool of the sub-agent is parallel-safe (reads only): `--approve writes` then asks for
+    /// no call of it; a sub-agent that may write is asked for before it starts.
+    fn read_only(&self) -> bool {
+        self.parallel
+    }
+
+    async fn call(&self, arguments: serde_json::Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let Some(task) = arguments.get("task").and_then(serde_json::Value::as_str) else {
+            return Err(ToolError::InvalidArguments("`task` must be a string".into()));
+        };
+        let scope = SCOPE.try_with(Arc::clone).ok();
+        let own = self.agent.limits();
+        let limits = match &scope {
+            Some(scope) => scope
+                .carve(own, &ctx.call_id)
+                .map_err(|why| ToolError::failed(format!("sub-agent {:?} was not started: {why}", &*self.name)))?,
+            None => own.clone(),
+        };
+        let context = self.agent.context();
+        let state = RunState::new(uuid::Uuid::new_v4().to_string(), task, limits, context)
+            .map_err(|e| ToolError::failed(format!("sub-agent {:?} was not started: {e}", &*self.name)))?
+            .with_instructions(self.agent.instructions_shared(), context);
+        let outcome = match scope {
+            Some(parent) => {
+                let link = Link { name: Arc::clone(&self.name), parent };
+                self.agent.drive_linked(state, ctx.cancel.clone(), link).await
+            }
+            None => self.agent.drive(state, ctx.cancel.clone()).await,
+        };
+        match outcome.status {
+            Status::Completed => Ok(ToolOutput::Text(outcome.answer.unwrap_or_default())),
+            Status::Aborted if ctx.cancel.is_cancelled() => Err(ToolError::Cancelled),
+            status => Err(ToolError::failed(format!(
+                "sub-agent {:?} ended {status}: {}",
+                &*self.name,
+                outcome.error.as_deref().unwrap_or("no answer")
+            ))),
+        }
+    }
+}

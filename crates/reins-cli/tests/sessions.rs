@@ -155,10 +155,25 @@ fn a_killed_run_resumes_coherently_again_and_again() {
             Some(id) => cmd.arg("--resume").arg(id).arg("continue"),
         };
         let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut done = false;
+        // The first run is killed only once its session is in the store (on a loaded machine start-up
+        // alone can outlast the kill time), so later rounds have a session to resume.
+        if id.is_none() {
+            let waited = Instant::now();
+            while waited.elapsed() < Duration::from_secs(60) {
+                if child.try_wait().unwrap().is_some() {
+                    done = true;
+                    break;
+                }
+                if !sessions(&dir, &["list", "--json"]).stdout.is_empty() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
         let at = Duration::from_millis(30 + (round * 37) % 150);
         let t0 = Instant::now();
-        let mut done = false;
-        while t0.elapsed() < at {
+        while !done && t0.elapsed() < at {
             if child.try_wait().unwrap().is_some() {
                 done = true;
                 break;

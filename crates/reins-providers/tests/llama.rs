@@ -133,7 +133,9 @@ async fn instructions_reach_the_real_server_through_each_adapter() {
             }
             let agent = b.build().unwrap();
             let o = tokio::time::timeout(LIMIT, agent.run("Hi", CancellationToken::new())).await.expect("in time");
-            assert_eq!(o.status, Status::Completed, "{api:?}: {:?}", o.error);
+            // One token of answer: the model may stop there (completed) or be cut by the cap (truncated,
+            // since finish reasons are kept); either way the server answered and counted the prompt.
+            assert!(matches!(o.status, Status::Completed | Status::Truncated), "{api:?}: {:?} {:?}", o.status, o.error);
             input.push(o.usage.input_tokens);
         }
         assert!(input[1] >= input[0] + 10, "{api:?}: the server counted the instructions: {input:?}");
@@ -216,7 +218,8 @@ async fn reins_runs_a_real_tool_call_through_each_adapter() {
             break (outcome, cities);
         };
         assert!(
-            matches!(outcome.status, Status::Completed | Status::StepLimit),
+            // The final answer after the tool may be cut by the test's small response cap (truncated).
+            matches!(outcome.status, Status::Completed | Status::StepLimit | Status::Truncated),
             "{api:?}: {:?} {:?}",
             outcome.status,
             outcome.error

@@ -206,6 +206,23 @@ impl AgentDef {
         if let Some(c) = &p.tool_choice {
             b = b.tool_choice(c.0.clone());
         }
+        if let Some(e) = p.reasoning_effort {
+            b = b.reasoning_effort(e);
+        }
+        if let Some(n) = p.thinking_budget {
+            b = b.thinking_budget(u32::try_from(n.get()).unwrap_or(u32::MAX));
+        }
+        // What the API would refuse, named by its key (the provider checks it again, without key paths).
+        reins_providers::check_reasoning(&reins_providers::ReasoningSettings {
+            api,
+            model: &name,
+            max_output_tokens: p.max_response_tokens.map(|n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
+            temperature: p.temperature.is_some(),
+            tool_choice: p.tool_choice.as_ref().map_or(&reins_providers::ToolChoice::Auto, |c| &c.0),
+            effort: p.reasoning_effort,
+            thinking_budget: p.thinking_budget.map(|n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
+        })
+        .map_err(|c| DefError::at(format!("provider.{}", c.setting), c.reason))?;
         if let Some(s) = p.stream {
             b = b.stream(s);
         }

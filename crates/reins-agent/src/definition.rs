@@ -108,6 +108,13 @@ pub struct ProviderDef {
     /// `"auto"` (default), `"required"`, `"none"` or `"tool:NAME"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<ToolChoiceSpec>,
+    /// OpenAI reasoning models: `"low"`, `"medium"` or `"high"` (Responses `reasoning.effort`, Chat
+    /// Completions `reasoning_effort`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<reins_providers::ReasoningEffort>,
+    /// Anthropic extended thinking within this many tokens (at least 1024, below the response cap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking_budget: Option<Positive>,
     /// Asks for streamed responses (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<bool>,
@@ -426,6 +433,16 @@ impl AgentDef {
             _ => Ok(()),
         };
         fits_u32(p.max_response_tokens.map(Positive::get), "max_response_tokens")?;
+        fits_u32(p.thinking_budget.map(Positive::get), "thinking_budget")?;
+        if let Some(n) = p.thinking_budget.map(Positive::get) {
+            let min = reins_providers::MIN_THINKING_BUDGET;
+            if n < u64::from(min) {
+                return Err(DefError::at(
+                    "provider.thinking_budget",
+                    format!("expected at least {min} (the least the API takes), not {n}"),
+                ));
+            }
+        }
         fits_u32(p.max_retries.map(|c| c.0), "max_retries")?;
         fits_u32(p.requests_per_minute.map(Positive::get), "requests_per_minute")?;
         if let Some(url) = &p.base_url {

@@ -26,6 +26,8 @@ fn every_key_parses_and_round_trips_through_toml_and_json() {
     assert_eq!(def.presets[1].cwd.as_deref(), Some("src"), "a preset's cwd is workspace-relative");
     assert_eq!(def.limits.max_steps.unwrap().get(), 20);
     assert_eq!(def.provider.temperature.unwrap().get(), 0.5);
+    assert_eq!(def.provider.reasoning_effort, Some(reins_providers::ReasoningEffort::High));
+    assert_eq!(def.provider.thinking_budget.unwrap().get(), 4096);
     assert_eq!(def.commands.limits.unwrap().cpu_seconds, Some(60));
     assert_eq!(def.presets.len(), 2);
     assert!(def.mcp["web"].url.is_some());
@@ -103,6 +105,15 @@ fn bad_values_name_their_path_and_what_was_expected() {
         ("[provider]\ntemperature = 3.5\n", "provider.temperature", "expected a number from 0 to 2"),
         ("[provider]\ntemperature = nan\n", "provider.temperature", "expected a number from 0 to 2"),
         ("[provider]\ntool_choice = \"sometimes\"\n", "provider.tool_choice", "expected \"auto\""),
+        (
+            "[provider]\nreasoning_effort = \"max\"\n",
+            "provider.reasoning_effort",
+            "expected \"low\", \"medium\" or \"high\"",
+        ),
+        ("[provider]\nreasoning_effort = 3\n", "provider.reasoning_effort", "\"low\", \"medium\" or \"high\""),
+        ("[provider]\nthinking_budget = 0\n", "provider.thinking_budget", "expected a positive integer"),
+        ("[provider]\nthinking_budget = 1000\n", "provider.thinking_budget", "at least 1024"),
+        ("[provider]\nthinking_budget = 5000000000\n", "provider.thinking_budget", "at most"),
         ("[provider]\nbase_url = \"ftp://x\"\n", "provider.base_url", "http://"),
         ("[provider]\nmax_response_tokens = 5000000000\n", "provider.max_response_tokens", "at most"),
         ("[context]\nmax_tool_result_chars = 0\n", "context.max_tool_result_chars", "positive"),

@@ -97,6 +97,8 @@ pub fn flags_layer(args: &RunArgs) -> Result<AgentDef, CliError> {
     crate::media_cli::apply(&args.media, &mut d)?;
     d.provider.base_url = args.provider.base_url.clone();
     d.provider.max_response_tokens = args.provider.max_response_tokens.and_then(|n| Positive::new(n.into()));
+    d.provider.reasoning_effort = args.provider.reasoning_effort;
+    d.provider.thinking_budget = args.provider.thinking_budget.and_then(|n| Positive::new(n.into()));
     d.validate().map_err(|e| usage(flag_message(e)))?;
     Ok(d)
 }

@@ -22,9 +22,21 @@ pub struct ProviderFlags {
     /// Caps each model response at this many output tokens.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_response_tokens: Option<u32>,
+    /// How hard an OpenAI reasoning model thinks (openai: and openai-chat: models): low, medium or high. An
+    /// openai: model's reasoning is then kept and sent back on the next turns.
+    #[arg(long, value_name = "EFFORT", value_parser = parse_effort)]
+    pub reasoning_effort: Option<reins_providers::ReasoningEffort>,
+    /// Extended thinking for anthropic: models, within N tokens (at least 1024, below the response cap); the
+    /// signed thinking is kept and sent back on the next turns.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub thinking_budget: Option<u32>,
     /// Shows the model's text (and reasoning) on stderr as it arrives.
     #[arg(long)]
     pub stream: bool,
+}
+
+fn parse_effort(s: &str) -> Result<reins_providers::ReasoningEffort, String> {
+    s.parse()
 }
 
 /// The model and price of this run, once a real provider was chosen.

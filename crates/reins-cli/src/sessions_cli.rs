@@ -400,11 +400,18 @@ fn print_message_at(pad: &str, index: u64, m: &Message) {
     use crate::render::preview;
     match m {
         Message::User { content, .. } => outln!("{pad}[{index}] user: {}", preview(content)),
-        Message::Assistant { content, tool_calls } => {
+        Message::Assistant { content, tool_calls, reasoning } => {
             if !content.is_empty() || tool_calls.is_empty() {
                 outln!("{pad}[{index}] assistant: {}", preview(content));
             } else {
                 outln!("{pad}[{index}] assistant:");
+            }
+            if !reasoning.is_empty() {
+                outln!(
+                    "{pad}      ({} reasoning item(s), sent back to {} only)",
+                    reasoning.len(),
+                    one_line(&reasoning[0].api)
+                );
             }
             for c in tool_calls {
                 outln!(

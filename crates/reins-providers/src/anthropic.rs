@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use reins::{FinishReason, Message, ModelRequest, ModelResponse, ToolCall, Usage};
 use serde_json::{Map, Value, json};
 
-use crate::provider::{Settings, ToolChoice};
+use crate::provider::{Api, Settings, ToolChoice};
 use crate::sse::SseEvent;
 use crate::wire::{Emit, Failure, count, error_object, event_json, parse_arguments, schema_object, str_at, usage};
 
@@ -65,8 +65,10 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
                     messages.push(json!({"role": "user", "content": content}));
                 }
             }
-            Message::Assistant { content, tool_calls } => {
-                let mut blocks = Vec::new();
+            Message::Assistant { content, tool_calls, reasoning } => {
+                // Signed thinking blocks first, unchanged and in order (another API's are dropped).
+                let mut blocks: Vec<Value> = crate::reasoning::sent_back(Api::Anthropic, reasoning).cloned().collect();
+                let thinking = blocks.len();
                 if !content.is_empty() {
                     blocks.push(json!({"type": "text", "text": content}));
                 }
@@ -74,8 +76,8 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
                     blocks.push(json!({"type": "tool_use", "id": c.id, "name": c.name,
                                        "input": input_object(&c.arguments)}));
                 }
-                // The API refuses empty assistant content; an empty turn carries nothing anyway.
-                if !blocks.is_empty() {
+                // The API refuses empty assistant content; an empty turn (thinking alone) carries nothing anyway.
+                if blocks.len() > thinking {
                     messages.push(json!({"role": "assistant", "content": blocks}));
                 }
             }
@@ -93,12 +95,11 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
     }
     let mut b = Map::new();
     b.insert("model".into(), s.model.clone().into());
-    let max_tokens = s
-        .max_output_tokens
-        .map(u64::from)
-        .or_else(|| crate::pricing::model_info(&s.model).map(|i| i.max_output_tokens.min(32_000)))
-        .unwrap_or(DEFAULT_MAX_TOKENS);
+    let max_tokens = crate::reasoning::anthropic_max_tokens(&s.model, s.max_output_tokens);
     b.insert("max_tokens".into(), max_tokens.into());
+    if let Some(budget) = s.thinking_budget {
+        b.insert("thinking".into(), json!({"type": "enabled", "budget_tokens": budget}));
+    }
     if let Some(instructions) = &req.instructions {
         b.insert("system".into(), (**instructions).into());
     }
@@ -159,15 +160,32 @@ fn parse_usage(u: &Value) -> Option<Usage> {
 #[derive(Clone, Debug)]
 enum Block {
     Text(String),
-    Thinking(String),
-    ToolUse { id: String, name: String, json: String, input: Option<Value> },
+    /// A thinking block: its text and signature (streamed in by deltas), and the block as it started.
+    Thinking {
+        text: String,
+        signature: String,
+        raw: Value,
+    },
+    /// A `redacted_thinking` block, whole.
+    Redacted(Value),
+    ToolUse {
+        id: String,
+        name: String,
+        json: String,
+        input: Option<Value>,
+    },
     Other,
 }
 
 fn block_of(v: &Value) -> Block {
     match str_at(v, "type") {
         "text" => Block::Text(str_at(v, "text").to_owned()),
-        "thinking" => Block::Thinking(str_at(v, "thinking").to_owned()),
+        "thinking" => Block::Thinking {
+            text: str_at(v, "thinking").to_owned(),
+            signature: str_at(v, "signature").to_owned(),
+            raw: v.clone(),
+        },
+        "redacted_thinking" => Block::Redacted(v.clone()),
         "tool_use" => Block::ToolUse {
             id: str_at(v, "id").to_owned(),
             name: str_at(v, "name").to_owned(),
@@ -180,10 +198,26 @@ fn block_of(v: &Value) -> Block {
 
 fn assemble(blocks: impl IntoIterator<Item = Block>, stop: Option<&str>, usage: Option<Usage>) -> ModelResponse {
     let (mut text, mut reasoning, mut tool_calls) = (String::new(), Vec::new(), Vec::new());
+    let mut items = Vec::new();
     for b in blocks {
         match b {
             Block::Text(t) => text.push_str(&t),
-            Block::Thinking(t) if !t.is_empty() => reasoning.push(t),
+            Block::Thinking { text: t, signature, raw } => {
+                // Only a signed block can go back (the API checks the signature); unsigned thinking, as some
+                // compatible servers send, is shown and not kept.
+                if !signature.is_empty() {
+                    let mut item = raw;
+                    if let Value::Object(o) = &mut item {
+                        o.insert("thinking".into(), t.clone().into());
+                        o.insert("signature".into(), signature.into());
+                    }
+                    items.push(crate::reasoning::item(Api::Anthropic, item));
+                }
+                if !t.is_empty() {
+                    reasoning.push(t);
+                }
+            }
+            Block::Redacted(raw) => items.push(crate::reasoning::item(Api::Anthropic, raw)),
             Block::ToolUse { id, name, json, input } => {
                 // Streamed input arrives as JSON text; a complete response has the object.
                 let arguments = if !json.trim().is_empty() {
@@ -197,7 +231,7 @@ fn assemble(blocks: impl IntoIterator<Item = Block>, stop: Option<&str>, usage: 
                 let id = if id.is_empty() { format!("toolu_{}", tool_calls.len()) } else { id };
                 tool_calls.push(ToolCall::new(id, name, arguments));
             }
-            Block::Thinking(_) | Block::Other => {}
+            Block::Other => {}
         }
     }
     ModelResponse {
@@ -205,6 +239,7 @@ fn assemble(blocks: impl IntoIterator<Item = Block>, stop: Option<&str>, usage: 
         tool_calls,
         usage,
         reasoning: (!reasoning.is_empty()).then(|| reasoning.join("\n\n")),
+        reasoning_items: items,
         finish_reason: stop.map(stop_reason),
     }
 }
@@ -254,13 +289,13 @@ impl Stream {
                 let block = block_of(&v["content_block"]);
                 match &block {
                     Block::Text(t) => emit.text(t),
-                    Block::Thinking(t) => emit.reasoning(t),
+                    Block::Thinking { text, .. } => emit.reasoning(text),
                     Block::ToolUse { id, name, .. } => {
                         let pos = self.call_positions.len();
                         self.call_positions.insert(index, pos);
                         emit.call(pos, id, name);
                     }
-                    Block::Other => {}
+                    Block::Redacted(_) | Block::Other => {}
                 }
                 self.blocks.insert(index, block);
             }
@@ -273,10 +308,13 @@ impl Stream {
                         t.push_str(s);
                         emit.text(s);
                     }
-                    ("thinking_delta", Block::Thinking(t)) => {
+                    ("thinking_delta", Block::Thinking { text, .. }) => {
                         let s = str_at(d, "thinking");
-                        t.push_str(s);
+                        text.push_str(s);
                         emit.reasoning(s);
+                    }
+                    ("signature_delta", Block::Thinking { signature, .. }) => {
+                        signature.push_str(str_at(d, "signature"));
                     }
                     ("input_json_delta", Block::ToolUse { json, .. }) => {
                         let s = str_at(d, "partial_json");
@@ -285,7 +323,7 @@ impl Stream {
                             emit.arguments(pos, s);
                         }
                     }
-                    // Signatures, citations, and deltas for blocks never started: nothing to assemble.
+                    // Citations, and deltas for blocks never started: nothing to assemble.
                     _ => {}
                 }
             }

@@ -27,6 +27,7 @@ pub mod openai_responses;
 mod pricing;
 mod provider;
 mod ratelimit;
+mod reasoning;
 pub mod retry;
 pub mod sse;
 mod wire;
@@ -45,4 +46,5 @@ fn response_model(model: Option<&str>) {
 pub use pricing::{MODELS, ModelInfo, Price, cost, cost_for, model_info, token_counter};
 pub use provider::{Api, DEFAULT_RESPONSE_CAP, Provider, ProviderBuilder, ProviderError, ToolChoice};
 pub use ratelimit::{Permit, RateLimiter};
+pub use reasoning::{MIN_THINKING_BUDGET, ReasoningConflict, ReasoningEffort, ReasoningSettings, check_reasoning};
 pub use retry::RetryPolicy;

@@ -29,7 +29,8 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
             Message::User { content, .. } | Message::Summary { content, .. } => {
                 json!({"role": "user", "content": content})
             }
-            Message::Assistant { content, tool_calls } => {
+            // Chat Completions has no reasoning that round-trips: reasoning items are never sent.
+            Message::Assistant { content, tool_calls, .. } => {
                 let mut o = Map::new();
                 o.insert("role".into(), "assistant".into());
                 let content =
@@ -81,6 +82,9 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
     }
     if let Some(t) = s.temperature {
         b.insert("temperature".into(), json!(t));
+    }
+    if let Some(effort) = s.reasoning_effort {
+        b.insert("reasoning_effort".into(), effort.as_str().into());
     }
     b.insert("stream".into(), stream.into());
     if stream {
@@ -171,6 +175,7 @@ pub(crate) fn parse(v: &Value) -> Result<ModelResponse, Failure> {
         tool_calls,
         usage: parse_usage(&v["usage"]),
         reasoning: (!reasoning.is_empty()).then(|| reasoning.to_owned()),
+        reasoning_items: Vec::new(),
         finish_reason: finish,
     })
 }
@@ -303,6 +308,7 @@ impl Stream {
             tool_calls,
             usage: self.usage,
             reasoning: (!self.reasoning.is_empty()).then_some(self.reasoning),
+            reasoning_items: Vec::new(),
             finish_reason: finish,
         })
     }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use reins::{FinishReason, Message, ModelRequest, ModelResponse, ToolCall, Usage};
 use serde_json::{Map, Value, json};
 
-use crate::provider::Settings;
+use crate::provider::{Api, Settings};
 use crate::sse::SseEvent;
 use crate::wire::{
     Emit, FailKind, Failure, arguments_text, count, error_object, event_json, parse_arguments, schema_object, str_at,
@@ -23,7 +23,9 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
             Message::User { content, .. } | Message::Summary { content, .. } => {
                 input.push(json!({"type": "message", "role": "user", "content": content}))
             }
-            Message::Assistant { content, tool_calls } => {
+            Message::Assistant { content, tool_calls, reasoning } => {
+                // Reasoning items first, unchanged and in order (another API's are dropped).
+                input.extend(crate::reasoning::sent_back(Api::OpenAiResponses, reasoning).cloned());
                 if !content.is_empty() || tool_calls.is_empty() {
                     input.push(json!({"type": "message", "role": "assistant", "content": content}));
                 }
@@ -73,6 +75,14 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
     if let Some(t) = s.temperature {
         b.insert("temperature".into(), json!(t));
     }
+    if let Some(effort) = s.reasoning_effort {
+        b.insert("reasoning".into(), json!({"effort": effort.as_str()}));
+    }
+    if crate::reasoning::responses_keeps_reasoning(s) {
+        // Reasoning is kept by Reins, not the server: each item comes with its encrypted content, to be sent back.
+        b.insert("store".into(), false.into());
+        b.insert("include".into(), json!(["reasoning.encrypted_content"]));
+    }
     b.insert("stream".into(), stream.into());
     for (k, v) in &s.extra_body {
         b.insert(k.clone(), v.clone());
@@ -95,9 +105,21 @@ fn parse_usage(u: &Value) -> Option<Usage> {
 /// One output item, as far as it is known.
 #[derive(Clone, Debug)]
 enum Item {
-    Message { text: String, refusal: String },
-    Call { call_id: String, name: String, arguments: String },
-    Reasoning { text: String },
+    Message {
+        text: String,
+        refusal: String,
+    },
+    Call {
+        call_id: String,
+        name: String,
+        arguments: String,
+    },
+    /// A reasoning item: its text (summary or content), and the item itself when it can be sent back (it has
+    /// `encrypted_content`).
+    Reasoning {
+        text: String,
+        keep: Option<Value>,
+    },
     Other,
 }
 
@@ -135,7 +157,8 @@ fn item_of(v: &Value) -> Item {
                     }
                 }
             }
-            Item::Reasoning { text: parts.join("\n\n") }
+            let keep = v["encrypted_content"].as_str().is_some_and(|e| !e.is_empty()).then(|| v.clone());
+            Item::Reasoning { text: parts.join("\n\n"), keep }
         }
         _ => Item::Other,
     }
@@ -144,7 +167,7 @@ fn item_of(v: &Value) -> Item {
 /// Builds the response from output items and the response object's status, details and usage.
 fn assemble(items: impl IntoIterator<Item = Item>, response: &Value) -> ModelResponse {
     let (mut text, mut refusal, mut reasoning) = (String::new(), String::new(), Vec::new());
-    let mut tool_calls = Vec::new();
+    let (mut tool_calls, mut kept) = (Vec::new(), Vec::new());
     for item in items {
         match item {
             Item::Message { text: t, refusal: r } => {
@@ -155,8 +178,15 @@ fn assemble(items: impl IntoIterator<Item = Item>, response: &Value) -> ModelRes
                 let id = if call_id.is_empty() { format!("call_{}", tool_calls.len()) } else { call_id };
                 tool_calls.push(ToolCall::new(id, name, parse_arguments(&arguments)));
             }
-            Item::Reasoning { text: t } if !t.is_empty() => reasoning.push(t),
-            Item::Reasoning { .. } | Item::Other => {}
+            Item::Reasoning { text: t, keep } => {
+                if let Some(item) = keep {
+                    kept.push(crate::reasoning::item(Api::OpenAiResponses, item));
+                }
+                if !t.is_empty() {
+                    reasoning.push(t);
+                }
+            }
+            Item::Other => {}
         }
     }
     let finish = if str_at(response, "status") == "incomplete" {
@@ -181,6 +211,7 @@ fn assemble(items: impl IntoIterator<Item = Item>, response: &Value) -> ModelRes
         tool_calls,
         usage: parse_usage(&response["usage"]),
         reasoning: (!reasoning.is_empty()).then(|| reasoning.join("\n\n")),
+        reasoning_items: kept,
         finish_reason: finish,
     }
 }
@@ -293,8 +324,9 @@ impl Stream {
             }
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
                 let delta = str_at(&v, "delta");
-                let entry = self.items.entry(index).or_insert_with(|| Item::Reasoning { text: String::new() });
-                if let Item::Reasoning { text } = entry {
+                let entry =
+                    self.items.entry(index).or_insert_with(|| Item::Reasoning { text: String::new(), keep: None });
+                if let Item::Reasoning { text, .. } = entry {
                     text.push_str(delta);
                     emit.reasoning(delta);
                 }

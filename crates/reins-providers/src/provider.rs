@@ -159,6 +159,10 @@ pub(crate) struct Settings {
     pub chat_max_tokens_field: String,
     /// What the model's tokens cost: given, else the list price of a known model.
     pub price: Option<reins::Price>,
+    /// OpenAI APIs: how hard a reasoning model thinks.
+    pub reasoning_effort: Option<crate::ReasoningEffort>,
+    /// Anthropic: extended thinking within this many tokens.
+    pub thinking_budget: Option<u32>,
 }
 
 /// The response cap sent for a model whose own output cap Reins does not know, when none is configured:
@@ -234,6 +238,20 @@ impl ProviderBuilder {
         self.settings.temperature = Some(t);
         self
     }
+    /// OpenAI APIs: how hard a reasoning model thinks (Responses `reasoning.effort`, Chat Completions
+    /// `reasoning_effort`). The Responses adapter then also asks for the reasoning items' encrypted content
+    /// (`include`, `store: false`) and sends them back on the next turns.
+    pub fn reasoning_effort(mut self, effort: crate::ReasoningEffort) -> Self {
+        self.settings.reasoning_effort = Some(effort);
+        self
+    }
+    /// Anthropic: extended thinking within `budget` tokens (`thinking: {type: enabled, budget_tokens}`), at
+    /// least [`crate::MIN_THINKING_BUDGET`] and below the response cap. The signed thinking blocks are sent
+    /// back on the next turns.
+    pub fn thinking_budget(mut self, budget: u32) -> Self {
+        self.settings.thinking_budget = Some(budget);
+        self
+    }
     /// Which tool the model may or must call.
     pub fn tool_choice(mut self, choice: ToolChoice) -> Self {
         self.settings.tool_choice = choice;
@@ -297,6 +315,17 @@ impl ProviderBuilder {
         if self.settings.max_output_tokens == Some(0) {
             return Err(ProviderError::InvalidSetting("max output tokens must be at least 1".into()));
         }
+        let st = &self.settings;
+        crate::check_reasoning(&crate::ReasoningSettings {
+            api: self.api,
+            model: &st.model,
+            max_output_tokens: st.max_output_tokens,
+            temperature: st.temperature.is_some(),
+            tool_choice: &st.tool_choice,
+            effort: st.reasoning_effort,
+            thinking_budget: st.thinking_budget,
+        })
+        .map_err(|c| ProviderError::InvalidSetting(c.to_string()))?;
         if let Some(t) = self.settings.temperature {
             if !(t.is_finite() && (0.0..=2.0).contains(&t)) {
                 return Err(ProviderError::InvalidSetting(format!("temperature {t} is outside 0..=2")));
@@ -526,6 +555,8 @@ impl Provider {
                 extra_body: Map::new(),
                 chat_max_tokens_field: String::new(),
                 price: None,
+                reasoning_effort: None,
+                thinking_budget: None,
             },
             base_url: None,
             api_key: None,

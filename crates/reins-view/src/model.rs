@@ -594,7 +594,7 @@ fn item(i: u64, run: u64, step: u64, data: &Value, call_names: &mut HashMap<Stri
     };
     match serde_json::from_value::<Message>(data.clone()) {
         Ok(Message::User { content, .. }) => base("user", &content),
-        Ok(Message::Assistant { content, tool_calls }) => {
+        Ok(Message::Assistant { content, tool_calls, .. }) => {
             call_names.clear();
             let mut v = base("assistant", &content);
             v.calls = tool_calls

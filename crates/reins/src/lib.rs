@@ -65,7 +65,7 @@ pub use hook::{Hook, HookAnswer, HookContext, HookError, HookEvent, HookResult, 
 pub use image::{Image, ImageCost, ImageError, ImageFormat, MAX_IMAGE_BYTES};
 pub use journal::{Journal, JournalError, RunJournal};
 pub use limits::{ConfigError, DurationError, Limits, MIN_DURATION, parse_duration};
-pub use message::{Message, ToolCall, ToolResult};
+pub use message::{Message, Reasoning, ToolCall, ToolResult};
 pub use model::{
     Conversation, Delta, DeltaSink, FinishReason, Model, ModelError, ModelIdentity, ModelRequest, ModelResponse,
 };

@@ -27,6 +27,33 @@ impl ToolCall {
     }
 }
 
+/// One reasoning item of a model's turn: opaque data tagged with the API that produced it — an Anthropic
+/// `thinking` block with its `signature` or a `redacted_thinking` block; an OpenAI Responses `reasoning`
+/// item with its `encrypted_content`. It is recorded with the assistant turn, counted in the context
+/// budget, sent back unchanged and in order by the adapter of the same API, and never sent to another API.
+///
+/// Serialized as `{"api", "item"}`: `api` is the API's name in a model spec (`anthropic`, `openai`), `item`
+/// the item exactly as that API gave it.
+///
+/// ```
+/// let r = reins::Reasoning::new("anthropic", serde_json::json!({"type": "redacted_thinking", "data": "EmwK"}));
+/// assert_eq!(serde_json::to_string(&r).unwrap(), r#"{"api":"anthropic","item":{"data":"EmwK","type":"redacted_thinking"}}"#);
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Reasoning {
+    /// The API that produced it: `anthropic` (Messages) or `openai` (Responses), as in a model spec.
+    pub api: String,
+    /// The item exactly as the API gave it.
+    pub item: serde_json::Value,
+}
+
+impl Reasoning {
+    /// An item of `api`.
+    pub fn new(api: impl Into<String>, item: serde_json::Value) -> Self {
+        Reasoning { api: api.into(), item }
+    }
+}
+
 /// The result of one tool call, tied to the call by its id.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolResult {
@@ -50,8 +77,9 @@ impl ToolResult {
 
 /// One item of a transcript.
 ///
-/// Serialized as `{"role": "user", "content"}` (plus `"images"` when it has any: see [`Image`]), `{"role": "assistant", "content", "tool_calls"}` (no
-/// `tool_calls` key when there are none), `{"role": "tool", "call_id", "content", "is_error"}` or
+/// Serialized as `{"role": "user", "content"}` (plus `"images"` when it has any: see [`Image`]),
+/// `{"role": "assistant", "content", "tool_calls", "reasoning"}` (no `tool_calls` or `reasoning` key when
+/// there are none; see [`Reasoning`]), `{"role": "tool", "call_id", "content", "is_error"}` or
 /// `{"role": "summary", "content", "replaces"}` (a compaction: it stands for the `replaces` items right
 /// after the first message; adapters send it as a user message).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -72,6 +100,9 @@ pub enum Message {
         /// The proposed calls, in order.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ToolCall>,
+        /// The provider's reasoning items of the turn, in order (see [`Reasoning`]).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        reasoning: Vec<Reasoning>,
     },
     /// The result of one tool call.
     #[serde(rename = "tool")]
@@ -100,7 +131,7 @@ impl Message {
 
     /// An assistant message.
     pub fn assistant(content: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
-        Message::Assistant { content: content.into(), tool_calls }
+        Message::Assistant { content: content.into(), tool_calls, reasoning: Vec::new() }
     }
 
     /// A tool result message.
@@ -133,6 +164,14 @@ impl Message {
         match self {
             Message::User { images, .. } => images,
             Message::ToolResult(r) => &r.images,
+            _ => &[],
+        }
+    }
+
+    /// The reasoning items of an assistant message (empty for other roles).
+    pub fn reasoning(&self) -> &[Reasoning] {
+        match self {
+            Message::Assistant { reasoning, .. } => reasoning,
             _ => &[],
         }
     }

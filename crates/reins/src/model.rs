@@ -270,9 +270,13 @@ pub struct ModelResponse {
     /// Token usage, when the model reported it. `None` is "unknown", never zero.
     #[serde(default)]
     pub usage: Option<Usage>,
-    /// Reasoning or thinking text, where the model returned it.
+    /// Reasoning or thinking text, where the model returned it: for people (shown, never sent back).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<String>,
+    /// The provider's opaque reasoning items, in order: recorded with the turn and sent back unchanged by
+    /// the adapter of the same API (see [`crate::Reasoning`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasoning_items: Vec<crate::message::Reasoning>,
     /// Why the model stopped, where it said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<FinishReason>,

@@ -61,7 +61,8 @@ impl TryFrom<TranscriptRepr> for Transcript {
     }
 }
 
-/// The size of a message in the counter's unit: its text, and the name and JSON arguments of each call.
+/// The size of a message in the counter's unit: its text, its images, the name and JSON arguments of each
+/// call, and each reasoning item's JSON.
 pub fn measure(message: &Message, counter: &dyn TokenCounter) -> u64 {
     let mut n = counter.count(message.content());
     for image in message.images() {
@@ -70,6 +71,11 @@ pub fn measure(message: &Message, counter: &dyn TokenCounter) -> u64 {
     for call in message.tool_calls() {
         n = n.saturating_add(counter.count(&call.name));
         n = n.saturating_add(counter.count_json(&call.arguments));
+    }
+    // Reasoning items go back as they are: counted whole (their JSON, signatures and encrypted content
+    // included), which can only overstate what the provider counts.
+    for r in message.reasoning() {
+        n = n.saturating_add(counter.count_json(&r.item));
     }
     n
 }
@@ -218,7 +224,16 @@ impl Transcript {
         tool_calls: Vec<ToolCall>,
         counter: &dyn TokenCounter,
     ) -> Result<(), TranscriptError> {
-        let m = Message::Assistant { content, tool_calls };
+        self.push_assistant_message(Message::Assistant { content, tool_calls, reasoning: Vec::new() }, counter)
+    }
+
+    /// Appends an assistant message (with its reasoning items, if any), measuring it; its calls then wait
+    /// for results.
+    pub fn push_assistant_message(&mut self, m: Message, counter: &dyn TokenCounter) -> Result<(), TranscriptError> {
+        if !matches!(m, Message::Assistant { .. }) {
+            let reason = format!("a {} message where an assistant turn was due", m.role());
+            return Err(TranscriptError { index: self.messages.len(), reason });
+        }
         let size = measure(&m, counter);
         self.append(m, size)
     }

@@ -273,7 +273,7 @@ pub fn parse_response(v: &Value) -> Result<ModelResponse, ResponseError> {
                 .map_err(|e| ResponseError(format!("finish_reason: {e}")))?,
         ),
     };
-    let r = ModelResponse { text, tool_calls, usage, reasoning, finish_reason };
+    let r = ModelResponse { text, tool_calls, usage, reasoning, reasoning_items: Vec::new(), finish_reason };
     check_response(&r)?;
     Ok(r)
 }

@@ -115,13 +115,29 @@ impl Drop for Server {
 
 type Body = BoxBody<Bytes, std::io::Error>;
 
+/// What answers a request: given it, the reply.
+type Answer = Arc<dyn Fn(&Captured) -> Reply + Send + Sync>;
+
 impl Server {
+    /// A server answering each request with the next of `replies` (a 599 once they are used up).
     pub async fn start(replies: Vec<Reply>) -> Server {
+        let replies = Mutex::new(VecDeque::from(replies));
+        Self::answering(move |_| {
+            replies.lock().unwrap().pop_front().unwrap_or_else(|| {
+                Reply::json(599, r#"{"error":{"message":"the test server has no reply scripted for this request"}}"#)
+            })
+        })
+        .await
+    }
+
+    /// A server whose replies `answer` makes from each request: one that behaves as an API does (checks
+    /// what it is sent, refuses what the API refuses).
+    pub async fn answering(answer: impl Fn(&Captured) -> Reply + Send + Sync + 'static) -> Server {
+        let replies: Answer = Arc::new(answer);
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1");
         let addr = listener.local_addr().expect("local addr");
         let captured = Arc::new(Mutex::new(Vec::new()));
         let disconnects = Arc::new(AtomicUsize::new(0));
-        let replies = Arc::new(Mutex::new(VecDeque::from(replies)));
         let (c, d) = (captured.clone(), disconnects.clone());
         let task = tokio::spawn(async move {
             loop {
@@ -153,7 +169,7 @@ async fn handle(
     req: Request<hyper::body::Incoming>,
     captured: Arc<Mutex<Vec<Captured>>>,
     disconnects: Arc<AtomicUsize>,
-    replies: Arc<Mutex<VecDeque<Reply>>>,
+    answer: Answer,
 ) -> Response<Body> {
     let method = req.method().to_string();
     let path = req.uri().path().to_owned();
@@ -163,10 +179,9 @@ async fn handle(
         .map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
         .collect();
     let body = req.into_body().collect().await.map(|b| b.to_bytes().to_vec()).unwrap_or_default();
-    captured.lock().unwrap().push(Captured { method, path, headers, body });
-    let reply = replies.lock().unwrap().pop_front().unwrap_or_else(|| {
-        Reply::json(599, r#"{"error":{"message":"the test server has no reply scripted for this request"}}"#)
-    });
+    let request = Captured { method, path, headers, body };
+    let reply = answer(&request);
+    captured.lock().unwrap().push(request);
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
     }

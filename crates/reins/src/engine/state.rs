@@ -226,6 +226,9 @@ pub struct RunState {
     /// Why the last model response stopped, where it said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     finish_reason: Option<FinishReason>,
+    /// The reasoning items of the response being taken, until its assistant turn is recorded with them.
+    #[serde(skip)]
+    pending_reasoning: Vec<crate::message::Reasoning>,
     /// What its sub-agents spent, by name (their usage is in `usage` too).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     agents: BTreeMap<String, AgentTotals>,
@@ -265,6 +268,7 @@ impl RunState {
             compact_price: None,
             cost_usd: 0.0,
             finish_reason: None,
+            pending_reasoning: Vec::new(),
             agents: BTreeMap::new(),
             phase: Phase::Ready,
             awaiting: Vec::new(),
@@ -318,6 +322,7 @@ impl RunState {
             compact_price: None,
             cost_usd: 0.0,
             finish_reason: None,
+            pending_reasoning: Vec::new(),
             agents: BTreeMap::new(),
             phase: Phase::Ready,
             awaiting: Vec::new(),
@@ -653,7 +658,7 @@ impl RunState {
                         let _ = writeln!(text, "[{} image(s)]", images.len());
                     }
                 }
-                Message::Assistant { content, tool_calls } => {
+                Message::Assistant { content, tool_calls, .. } => {
                     let _ = writeln!(text, "[assistant]\n{content}");
                     for c in tool_calls {
                         let _ = writeln!(text, "[tool call {} {}] {}", c.id, c.name, c.arguments);
@@ -780,7 +785,8 @@ impl RunState {
         if let Some(detail) = self.cost_limit_hit() {
             return self.end(Status::CostLimit, None, Some(detail));
         }
-        let ModelResponse { text, tool_calls, .. } = response;
+        let ModelResponse { text, tool_calls, reasoning_items, .. } = response;
+        self.pending_reasoning = reasoning_items;
         let counter = ctx.counter.as_ref();
         if self.output.is_some() {
             match self.take_output(text, tool_calls, registry, ctx) {
@@ -789,7 +795,7 @@ impl RunState {
             }
         }
         if tool_calls.is_empty() {
-            if let Err(e) = self.transcript.push_assistant(text.clone(), Vec::new(), counter) {
+            if let Err(e) = self.push_turn(text.clone(), Vec::new(), counter) {
                 return self.end(Status::ModelError, None, Some(e.to_string()));
             }
             return match final_status(self.finish_reason.as_ref()) {
@@ -819,7 +825,7 @@ impl RunState {
                 let Some(value) = unwrap(&call.arguments) else { return Err((text, tool_calls)) };
                 let call_id = call.id.clone();
                 let answer = value.to_string();
-                if let Err(e) = self.transcript.push_assistant(text, tool_calls, counter) {
+                if let Err(e) = self.push_turn(text, tool_calls, counter) {
                     return Ok(self.end(Status::ModelError, None, Some(e.to_string())));
                 }
                 let accepted = ToolResult::new(call_id, "accepted as the final answer", false);
@@ -847,7 +853,7 @@ impl RunState {
             };
             match registry.check(FINAL_ANSWER_TOOL, &args) {
                 Ok(_) => {
-                    if let Err(e) = self.transcript.push_assistant(text.clone(), Vec::new(), counter) {
+                    if let Err(e) = self.push_turn(text.clone(), Vec::new(), counter) {
                         return Ok(self.end(Status::ModelError, None, Some(e.to_string())));
                     }
                     self.set_output_value(value);
@@ -860,7 +866,7 @@ impl RunState {
             }
         }
         let told = self.output.as_ref().is_some_and(|o| o.told);
-        if let Err(e) = self.transcript.push_assistant(text.clone(), Vec::new(), counter) {
+        if let Err(e) = self.push_turn(text.clone(), Vec::new(), counter) {
             return Ok(self.end(Status::ModelError, None, Some(e.to_string())));
         }
         if told {
@@ -909,7 +915,8 @@ impl RunState {
                 );
             }
         }
-        let assistant = Message::Assistant { content: text, tool_calls };
+        let reasoning = std::mem::take(&mut self.pending_reasoning);
+        let assistant = Message::Assistant { content: text, tool_calls, reasoning };
         let assistant_size = measure(&assistant, counter);
         if let Some(budget) = ctx.max_context {
             let (instructions, tools) = self.fixed_sizes(registry, ctx);
@@ -1196,6 +1203,7 @@ impl RunState {
             compact_price: None,
             cost_usd: 0.0,
             finish_reason: None,
+            pending_reasoning: Vec::new(),
             agents: BTreeMap::new(),
             phase: Phase::AwaitingTools { plans, assistant_size, edits },
             awaiting: Vec::new(),
@@ -1238,6 +1246,17 @@ impl RunState {
             }
         }
         None
+    }
+
+    /// Records the assistant turn of the response being taken, with its reasoning items.
+    fn push_turn(
+        &mut self,
+        text: String,
+        tool_calls: Vec<ToolCall>,
+        counter: &dyn crate::context::TokenCounter,
+    ) -> Result<(), crate::transcript::TranscriptError> {
+        let reasoning = std::mem::take(&mut self.pending_reasoning);
+        self.transcript.push_assistant_message(Message::Assistant { content: text, tool_calls, reasoning }, counter)
     }
 
     fn cost_limit_hit(&self) -> Option<String> {

@@ -1,0 +1,256 @@
+//! Reasoning kept across turns: the settings that ask for it (`reasoning_effort`, `thinking_budget`), the
+//! checks of their combinations, and which recorded reasoning items an adapter sends back.
+//!
+//! A model's reasoning items ([`reins::Reasoning`]) are tagged with the API that produced them: Anthropic
+//! `thinking` blocks (with their `signature`) and `redacted_thinking` blocks are tagged `anthropic`; OpenAI
+//! Responses `reasoning` items (with their `encrypted_content`) are tagged `openai`. The adapter of that API
+//! sends them back unchanged and in order, before the turn's text and tool calls; every other adapter drops
+//! them. Chat Completions has no reasoning that round-trips: a server's `reasoning_content` is shown, never
+//! sent back.
+
+use std::fmt;
+use std::str::FromStr;
+
+use reins::Reasoning;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+use crate::provider::{Api, Settings, ToolChoice};
+
+/// The smallest thinking budget the Anthropic Messages API takes.
+pub const MIN_THINKING_BUDGET: u32 = 1024;
+
+/// How hard an OpenAI reasoning model thinks: Responses `reasoning.effort`, Chat Completions
+/// `reasoning_effort`. Written `low`, `medium` or `high`.
+///
+/// ```
+/// use reins_providers::ReasoningEffort;
+/// assert_eq!("high".parse::<ReasoningEffort>().unwrap(), ReasoningEffort::High);
+/// assert!("max".parse::<ReasoningEffort>().is_err());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReasoningEffort {
+    /// `low`.
+    Low,
+    /// `medium`.
+    Medium,
+    /// `high`.
+    High,
+}
+
+impl ReasoningEffort {
+    /// The word sent: `low`, `medium` or `high`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasoningEffort::Low => "low",
+            ReasoningEffort::Medium => "medium",
+            ReasoningEffort::High => "high",
+        }
+    }
+}
+
+impl fmt::Display for ReasoningEffort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ReasoningEffort {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "low" => Ok(ReasoningEffort::Low),
+            "medium" => Ok(ReasoningEffort::Medium),
+            "high" => Ok(ReasoningEffort::High),
+            other => Err(format!("expected \"low\", \"medium\" or \"high\", not {other:?}")),
+        }
+    }
+}
+
+impl Serialize for ReasoningEffort {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for ReasoningEffort {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = ReasoningEffort;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("\"low\", \"medium\" or \"high\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ReasoningEffort, E> {
+                v.parse().map_err(E::custom)
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// What a combination of reasoning settings gets wrong: the setting to change (its agent-file key under
+/// `[provider]`) and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReasoningConflict {
+    /// `reasoning_effort`, `thinking_budget`, `temperature`, `tool_choice` or `max_response_tokens`.
+    pub setting: &'static str,
+    /// What is wrong, and what to do.
+    pub reason: String,
+}
+
+impl fmt::Display for ReasoningConflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.setting, self.reason)
+    }
+}
+
+/// The settings a reasoning check looks at.
+#[derive(Clone, Copy, Debug)]
+pub struct ReasoningSettings<'a> {
+    /// The API.
+    pub api: Api,
+    /// The model name (its known output cap sets Anthropic's default `max_tokens`).
+    pub model: &'a str,
+    /// The configured response cap.
+    pub max_output_tokens: Option<u32>,
+    /// Whether a temperature is set.
+    pub temperature: bool,
+    /// The tool choice.
+    pub tool_choice: &'a ToolChoice,
+    /// `reasoning_effort`.
+    pub effort: Option<ReasoningEffort>,
+    /// `thinking_budget`.
+    pub thinking_budget: Option<u32>,
+}
+
+/// Checks what the API would refuse: an effort for Anthropic (which thinks by budget), a thinking budget for
+/// an OpenAI API, a budget under [`MIN_THINKING_BUDGET`] or not below the response cap (`max_tokens` must
+/// exceed `budget_tokens`), and, with thinking, a temperature or a tool choice other than `auto` or `none`.
+///
+/// ```
+/// use reins_providers::{Api, ReasoningSettings, ToolChoice, check_reasoning};
+/// let s = ReasoningSettings { api: Api::Anthropic, model: "claude-sonnet-4-5", max_output_tokens: Some(2048),
+///     temperature: false, tool_choice: &ToolChoice::Auto, effort: None, thinking_budget: Some(4096) };
+/// assert_eq!(check_reasoning(&s).unwrap_err().setting, "thinking_budget");
+/// ```
+pub fn check_reasoning(s: &ReasoningSettings<'_>) -> Result<(), ReasoningConflict> {
+    let err = |setting, reason: String| Err(ReasoningConflict { setting, reason });
+    if s.effort.is_some() && s.api == Api::Anthropic {
+        return err(
+            "reasoning_effort",
+            "applies to openai: and openai-chat: models; an anthropic: model thinks within a thinking budget (--thinking-budget N)".into(),
+        );
+    }
+    let Some(budget) = s.thinking_budget else { return Ok(()) };
+    if s.api != Api::Anthropic {
+        return err(
+            "thinking_budget",
+            "applies to anthropic: models; an OpenAI reasoning model takes a reasoning effort (--reasoning-effort low|medium|high)".into(),
+        );
+    }
+    if budget < MIN_THINKING_BUDGET {
+        return err("thinking_budget", format!("{budget} is below {MIN_THINKING_BUDGET}, the least the API takes"));
+    }
+    let cap = anthropic_max_tokens(s.model, s.max_output_tokens);
+    if u64::from(budget) >= cap {
+        let given = if s.max_output_tokens.is_some() { "the response cap" } else { "the default response cap" };
+        return err(
+            "thinking_budget",
+            format!(
+                "{budget} must be below {given} ({cap} tokens, max_tokens): the API counts thinking in max_tokens; lower the budget or raise --max-response-tokens"
+            ),
+        );
+    }
+    if s.temperature {
+        return err("temperature", "the Anthropic API takes no temperature with thinking: remove one of them".into());
+    }
+    if matches!(s.tool_choice, ToolChoice::Required | ToolChoice::Tool(_)) {
+        return err(
+            "tool_choice",
+            "with thinking the Anthropic API allows only tool_choice \"auto\" or \"none\": remove one of them".into(),
+        );
+    }
+    Ok(())
+}
+
+/// Anthropic's `max_tokens` (the API requires one): the configured cap; else the model's known output cap up
+/// to 32,000; else [`crate::DEFAULT_RESPONSE_CAP`].
+pub(crate) fn anthropic_max_tokens(model: &str, max_output_tokens: Option<u32>) -> u64 {
+    max_output_tokens
+        .map(u64::from)
+        .or_else(|| crate::pricing::model_info(model).map(|i| i.max_output_tokens.min(32_000)))
+        .unwrap_or(u64::from(crate::provider::DEFAULT_RESPONSE_CAP))
+}
+
+/// The items of `reasoning` that `api` produced, in order: what its adapter sends back.
+pub(crate) fn sent_back(api: Api, reasoning: &[Reasoning]) -> impl Iterator<Item = &Value> {
+    reasoning.iter().filter(move |r| r.api == api.name()).map(|r| &r.item)
+}
+
+/// An item of `api`.
+pub(crate) fn item(api: Api, item: Value) -> Reasoning {
+    Reasoning::new(api.name(), item)
+}
+
+/// Whether a Responses request asks for the reasoning items' encrypted content (`include` with `store:
+/// false`): when an effort is set, or the model is a known OpenAI reasoning model (o-series, gpt-5).
+/// Other models (and servers) are sent neither field.
+pub(crate) fn responses_keeps_reasoning(s: &Settings) -> bool {
+    s.reasoning_effort.is_some()
+        || crate::pricing::model_info(&s.model)
+            .is_some_and(|i| i.prefix.starts_with('o') || i.prefix.starts_with("gpt-5"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(api: Api, cap: Option<u32>, budget: Option<u32>) -> ReasoningSettings<'static> {
+        ReasoningSettings {
+            api,
+            model: "claude-sonnet-4-5",
+            max_output_tokens: cap,
+            temperature: false,
+            tool_choice: &ToolChoice::Auto,
+            effort: None,
+            thinking_budget: budget,
+        }
+    }
+
+    #[test]
+    fn combinations_the_api_refuses_are_named() {
+        assert!(check_reasoning(&settings(Api::Anthropic, Some(8000), Some(4000))).is_ok());
+        assert!(check_reasoning(&settings(Api::Anthropic, None, Some(4000))).is_ok());
+        let e = check_reasoning(&settings(Api::Anthropic, Some(4000), Some(4000))).unwrap_err();
+        assert_eq!(e.setting, "thinking_budget");
+        assert!(e.reason.contains("below the response cap (4000"), "{e}");
+        let e = check_reasoning(&settings(Api::Anthropic, None, Some(1000))).unwrap_err();
+        assert!(e.reason.contains("1024"), "{e}");
+        let e = check_reasoning(&settings(Api::OpenAiResponses, None, Some(4000))).unwrap_err();
+        assert_eq!(e.setting, "thinking_budget");
+        let mut s = settings(Api::Anthropic, None, None);
+        s.effort = Some(ReasoningEffort::Low);
+        assert_eq!(check_reasoning(&s).unwrap_err().setting, "reasoning_effort");
+        let mut s = settings(Api::Anthropic, Some(8000), Some(4000));
+        s.temperature = true;
+        assert_eq!(check_reasoning(&s).unwrap_err().setting, "temperature");
+        let choice = ToolChoice::Required;
+        let mut s = settings(Api::Anthropic, Some(8000), Some(4000));
+        s.tool_choice = &choice;
+        assert_eq!(check_reasoning(&s).unwrap_err().setting, "tool_choice");
+        let mut s = settings(Api::OpenAiChat, None, None);
+        s.effort = Some(ReasoningEffort::High);
+        assert!(check_reasoning(&s).is_ok());
+    }
+
+    #[test]
+    fn efforts_round_trip() {
+        for e in [ReasoningEffort::Low, ReasoningEffort::Medium, ReasoningEffort::High] {
+            let v = serde_json::to_value(e).unwrap();
+            assert_eq!(serde_json::from_value::<ReasoningEffort>(v).unwrap(), e);
+        }
+        let err = serde_json::from_value::<ReasoningEffort>(serde_json::json!("extreme")).unwrap_err();
+        assert!(err.to_string().contains("expected \"low\", \"medium\" or \"high\""), "{err}");
+    }
+}

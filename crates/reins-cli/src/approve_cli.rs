@@ -31,6 +31,13 @@ pub struct ApproveArgs {
     /// Approves the call with these arguments instead (a JSON object, validated against the tool's schema).
     #[arg(long, value_name = "CALL_ID=JSON")]
     pub edit: Vec<String>,
+    /// A durable run (`reins submit`): where Restate is. ID is then the run id or its session id, the
+    /// decisions resolve the awakeable the run waits on, and of the run's flags only --json and --output apply.
+    #[command(flatten)]
+    pub durable: crate::durable_cli::RestateFlags,
+    /// With --restate: waits for the run to end and prints its outcome like `reins run`, with its exit code.
+    #[arg(long)]
+    pub wait: bool,
     /// The run's flags, as for `reins run --resume ID`.
     #[command(flatten)]
     pub run: RunArgs,
@@ -107,15 +114,21 @@ pub fn decisions(
 
 /// `reins approve`.
 pub async fn approve(args: ApproveArgs) -> Result<u8, CliError> {
-    let ApproveArgs { id, calls, all, deny, edit, mut run } = args;
+    let ApproveArgs { id, calls, all, deny, edit, durable, wait, mut run } = args;
     if run.prompt.is_some() {
         return Err(usage("reins approve takes no prompt: it continues the waiting run"));
+    }
+    let given = Given { calls, all, deny, edit };
+    if durable.restate.is_some() || durable.restate_admin.is_some() {
+        return crate::durable_cli::approve(&id, &given, &durable, wait, run.json, run.output.as_ref()).await;
+    }
+    if wait {
+        return Err(usage("--wait applies to a durable run (--restate URL): reins approve waits for a local run anyway"));
     }
     if run.store.resume.is_some() || run.store.no_store {
         return Err(usage("reins approve continues the session it names: --resume and --no-store do not apply"));
     }
     run.store.resume = Some(id);
-    let given = Given { calls, all, deny, edit };
     crate::run::run_with(run, Some(given)).await
 }
 
@@ -128,6 +141,11 @@ pub struct Given {
 }
 
 impl Given {
+    /// The decisions about the `waiting` calls (those that need one), bound to their ids and hashes.
+    pub fn decisions_for(&self, waiting: &[PendingCall]) -> Result<Vec<ApprovalDecision>, String> {
+        decisions(waiting, &self.calls, self.all, self.deny.as_deref(), &self.edit)
+    }
+
     /// The decisions about `state`'s waiting batch, each checked on a copy of the state first: an edit the
     /// tool's schema refuses, or a call that does not wait, is a usage error and nothing is recorded.
     pub fn decide(

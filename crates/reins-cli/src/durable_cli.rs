@@ -1,13 +1,13 @@
 //! Durable runs on Restate: `reins worker` (a Restate service endpoint that runs agents) and its client,
-//! `reins submit`, `reins status`, `reins result` and `reins cancel`.
+//! `reins submit`, `reins status`, `reins result` and `reins cancel`, and `reins approve` of a durable run.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Args;
-use reins::Outcome;
-use reins_restate::client::{Client, ClientError};
-use reins_restate::{TurnRequest, new_id};
+use reins::{Outcome, PendingCall, Verdict};
+use reins_restate::client::{Client, ClientError, Found};
+use reins_restate::{Awaiting, TurnRequest, new_id};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::exit::{CliError, code_for, usage};
@@ -27,7 +27,7 @@ pub struct RestateFlags {
 }
 
 impl RestateFlags {
-    fn client(&self) -> Client {
+    pub(crate) fn client(&self) -> Client {
         let ingress = self
             .restate
             .clone()
@@ -211,11 +211,37 @@ pub async fn submit(args: SubmitArgs) -> Result<u8, CliError> {
     }
 }
 
+/// What the run `found` waits for, if it is under way and waits for decisions.
+async fn awaiting_of(client: &Client, found: &Found) -> Result<Option<Awaiting>, ClientError> {
+    if found.status == "completed" {
+        return Ok(None);
+    }
+    Ok(client.awaiting(&found.session).await?.filter(|a| a.request.run_id == found.run_id))
+}
+
+/// Prints the calls a run waits on, one a line: `waiting CALL_ID TOOL ARGUMENTS: REASON`.
+fn show_waiting(a: &Awaiting) {
+    for c in &a.request.calls {
+        let reason = match &c.plan {
+            reins::Plan::Ask { reason } => reason.as_str(),
+            _ => "",
+        };
+        outln!("waiting {} {} {}: {}", c.call_id, c.name, crate::render::preview(&c.arguments.to_string()), reason);
+    }
+    if let Some(p) = &a.problem {
+        outln!("problem {p}");
+    }
+}
+
 /// `reins status`.
 pub async fn status(args: IdArgs) -> Result<u8, CliError> {
     let client = args.restate.client();
     let found = match client.find(&args.id).await {
         Ok(f) => f,
+        Err(e) => return client_err(e),
+    };
+    let awaiting = match awaiting_of(&client, &found).await {
+        Ok(a) => a,
         Err(e) => return client_err(e),
     };
     let state = match (&found.status[..], &found.failure) {
@@ -224,19 +250,105 @@ pub async fn status(args: IdArgs) -> Result<u8, CliError> {
             Ok(o) => format!("finished: {}", o.status),
             Err(e) => return client_err(e),
         },
+        _ if awaiting.is_some() => "awaiting_approval".to_owned(),
         (s, _) => s.to_owned(),
     };
     if args.json {
-        jsonln!(
-            "{}",
-            serde_json::json!({"run": found.run_id, "session": found.session, "invocation": found.invocation_id, "state": state})
-        );
+        let mut v = serde_json::json!({"run": found.run_id, "session": found.session, "invocation": found.invocation_id, "state": state});
+        if let Some(a) = &awaiting {
+            v["invocation_status"] = found.status.clone().into();
+            v["awaiting"] = serde_json::to_value(&a.request.calls).map_err(|e| CliError::Internal(e.into()))?;
+            if let Some(p) = &a.problem {
+                v["problem"] = p.clone().into();
+            }
+        }
+        jsonln!("{v}");
     } else {
         outln!("run {}", found.run_id);
         outln!("session {}", found.session);
         outln!("state {state}");
+        if let Some(a) = &awaiting {
+            show_waiting(a);
+        }
     }
     Ok(0)
+}
+
+/// `reins approve --restate URL ID ...`: the decisions resolve the awakeable the durable run waits on; with
+/// `wait`, waits for the run's end (or for it to ask again) and prints it like `reins run`.
+pub async fn approve(
+    id: &str,
+    given: &crate::approve_cli::Given,
+    flags: &RestateFlags,
+    wait: bool,
+    json: bool,
+    output: Option<&PathBuf>,
+) -> Result<u8, CliError> {
+    let client = flags.client();
+    let found = match client.find(id).await {
+        Ok(f) => f,
+        Err(e) => return client_err(e),
+    };
+    let awaiting = match awaiting_of(&client, &found).await {
+        Ok(a) => a,
+        Err(e) => return client_err(e),
+    };
+    let Some(asked) = awaiting else {
+        let why = if found.status == "completed" { "has ended" } else { "is under way" };
+        return Err(usage(format!("run {} does not wait for an approval (it {why})", found.run_id)));
+    };
+    let waiting: Vec<PendingCall> = asked.request.calls.iter().filter(|c| c.needs_decision()).cloned().collect();
+    let decisions = given.decisions_for(&waiting).map_err(usage)?;
+    if let Err(e) = client.resolve(&asked.awakeable, &decisions).await {
+        return client_err(e);
+    }
+    if json && !wait {
+        jsonln!("{}", serde_json::json!({"run": found.run_id, "session": found.session, "decisions": decisions}));
+    } else if !json {
+        for d in &decisions {
+            let name = waiting.iter().find(|c| c.call_id == d.call_id).map_or("", |c| c.name.as_str());
+            let what = match &d.verdict {
+                Verdict::Approve => "approved".to_owned(),
+                Verdict::Deny { reason } => format!("denied ({})", crate::render::preview(reason)),
+                Verdict::Edit { arguments } => {
+                    format!("approved with {}", crate::render::preview(&arguments.to_string()))
+                }
+            };
+            outln!("{} {name} {what}", d.call_id);
+        }
+        outln!("run {}: decisions sent; it continues", found.run_id);
+    }
+    crate::output::flush_stdout();
+    if !wait {
+        return Ok(0);
+    }
+    // The run's end, unless the turn asks again first (decisions that did not apply, or calls left undecided).
+    let mut ended = std::pin::pin!(client.wait(&found.session, &found.run_id));
+    let mut poll = tokio::time::interval(std::time::Duration::from_millis(250));
+    loop {
+        tokio::select! {
+            outcome = &mut ended => return match outcome {
+                Ok(outcome) => show_outcome(&outcome, json, output),
+                Err(e) => client_err(e),
+            },
+            _ = poll.tick() => {
+                let again = match client.awaiting(&found.session).await {
+                    Ok(a) => a.filter(|a| a.awakeable != asked.awakeable && a.request.run_id == found.run_id),
+                    Err(e) => return client_err(e),
+                };
+                if let Some(a) = again {
+                    if let Some(p) = &a.problem {
+                        return Err(usage(format!("run {}: the decisions were not taken: {p}", found.run_id)));
+                    }
+                    if !json {
+                        outln!("run {} waits for more decisions", found.run_id);
+                        show_waiting(&a);
+                    }
+                    return Ok(code_for(reins::Status::AwaitingApproval));
+                }
+            }
+        }
+    }
 }
 
 /// `reins result`.

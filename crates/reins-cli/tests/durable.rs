@@ -356,6 +356,34 @@ fn a_worker_given_an_identity_key_refuses_unsigned_requests() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid request identity key"));
 }
 
+/// A test-only Ed25519 key pair: the private key Restate signs requests with, and its public key in
+/// Restate's `publickeyv1_` form (base58 of the 32 raw bytes).
+const IDENTITY_PEM: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VwBCIEID/BpaKVhxEUvq2hZ9QqnXIuqOeBmnGYlwur0a3yH04N
+-----END PRIVATE KEY-----
+";
+const IDENTITY_PUBLIC: &str = "publickeyv1_4Rp4Px2Aqb5UUFoRys6EZ8nUjancDX218vp2voH78znP";
+
+#[test]
+fn a_worker_given_the_key_of_a_signing_server_serves_its_runs() {
+    let dir = Dir::new("identity-ok");
+    let restate = Restate::start_invoker("", Some(IDENTITY_PEM));
+    let model = ModelServer::start();
+    let agent = agent_file(&dir.0, &model.url);
+    let w = Worker::start_with(free_port(), dir.path("worker.log"), &["--identity-key", IDENTITY_PUBLIC]);
+    // The server signs every request with its private key: the worker accepts its discovery and its turns.
+    restate.register(&w.uri());
+    let (session, run) = submit(&restate, &agent, "tools 1 2");
+    let o = wait(&restate, &session, &run);
+    assert_eq!(o.status, Status::Completed, "{:?}", o.error);
+    assert_eq!(o.answer.as_deref(), Some("done after 1 steps and 2 results"));
+    assert_eq!(key_counts(&dir.0).len(), 2);
+    // The same worker refuses a server that signs with another key (or none).
+    let other = Restate::start();
+    let (status, body) = http_post(&format!("{}/deployments", other.admin), &json!({"uri": w.uri()})).unwrap();
+    assert!(!(200..300).contains(&status), "{status} {body}");
+}
+
 #[test]
 fn a_batch_of_parallel_calls_is_journaled_call_by_call() {
     let s = Setup::new("parallel", 1);

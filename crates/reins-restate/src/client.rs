@@ -1,13 +1,13 @@
 //! The client of durable runs: submits turns through Restate's ingress, waits for them, finds runs and
-//! sessions through its admin API, and cancels them.
+//! sessions through its admin API, cancels them, and answers the approvals they wait for.
 
 use std::time::Duration;
 
-use reins::Outcome;
+use reins::{ApprovalDecision, Outcome};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::{LAST, SERVICE, TURN, TurnRequest, is_valid_id};
+use crate::{Awaiting, LAST, STATE_APPROVAL, SERVICE, TURN, TurnRequest, is_valid_awakeable, is_valid_id};
 
 /// What went wrong talking to Restate.
 #[derive(Debug, thiserror::Error)]
@@ -216,6 +216,22 @@ impl Client {
              FROM sys_invocation WHERE target_service_name = '{SERVICE}' AND target_handler_name = '{TURN}' \
              AND (idempotency_key = '{id}' OR target_service_key = '{id}') ORDER BY created_at DESC LIMIT 1"
         );
+        let Some(row) = self.query(&query).await?.into_iter().next() else {
+            return Err(ClientError::Unknown(id.to_owned()));
+        };
+        let s = |k: &str| row[k].as_str().unwrap_or_default().to_owned();
+        let failure = (row["completion_result"].as_str() == Some("failure")).then(|| s("completion_failure"));
+        Ok(Found {
+            invocation_id: s("id"),
+            session: s("target_service_key"),
+            run_id: s("idempotency_key"),
+            status: s("status"),
+            failure,
+        })
+    }
+
+    /// The rows of an admin SQL query.
+    async fn query(&self, query: &str) -> Result<Vec<Value>, ClientError> {
         let url = format!("{}/query", self.admin);
         let req =
             self.http.post(&url).header("accept", "application/json").json(&serde_json::json!({ "query": query }));
@@ -232,18 +248,45 @@ impl Client {
             status,
             body: format!("unexpected answer ({e}): {}", body_start(&text)),
         })?;
-        let Some(row) = rows.rows.into_iter().next() else {
-            return Err(ClientError::Unknown(id.to_owned()));
-        };
-        let s = |k: &str| row[k].as_str().unwrap_or_default().to_owned();
-        let failure = (row["completion_result"].as_str() == Some("failure")).then(|| s("completion_failure"));
-        Ok(Found {
-            invocation_id: s("id"),
-            session: s("target_service_key"),
-            run_id: s("idempotency_key"),
-            status: s("status"),
-            failure,
+        Ok(rows.rows)
+    }
+
+    /// What the turn under way of `session` waits for, if it waits for decisions: read from the session's
+    /// state through the admin API, so it is answered while no worker runs.
+    pub async fn awaiting(&self, session: &str) -> Result<Option<Awaiting>, ClientError> {
+        if !is_valid_id(session) {
+            return Err(ClientError::InvalidId(session.to_owned()));
+        }
+        let query = format!(
+            "SELECT value_utf8 FROM state WHERE service_name = '{SERVICE}' AND service_key = '{session}' \
+             AND key = '{STATE_APPROVAL}'"
+        );
+        let Some(row) = self.query(&query).await?.into_iter().next() else { return Ok(None) };
+        let text = row["value_utf8"].as_str().unwrap_or_default();
+        serde_json::from_str(text).map(Some).map_err(|e| ClientError::Http {
+            what: format!("the approval state of session {session}"),
+            status: 200,
+            body: format!("not an approval wait ({e}): {}", body_start(text)),
         })
+    }
+
+    /// Resolves the awakeable a turn waits on with `decisions` (the turn checks them as the run applies
+    /// them, and asks again about calls they leave undecided or that they do not apply to).
+    pub async fn resolve(&self, awakeable: &str, decisions: &[ApprovalDecision]) -> Result<(), ClientError> {
+        if !is_valid_awakeable(awakeable) {
+            return Err(ClientError::Http {
+                what: "the approval state".into(),
+                status: 200,
+                body: format!("{awakeable:?} is not an awakeable id"),
+            });
+        }
+        let url = format!("{}/restate/awakeables/{awakeable}/resolve", self.ingress);
+        let (status, text) = self.send("resolve", &url, self.http.post(&url).json(decisions)).await?;
+        match status {
+            200..=299 => Ok(()),
+            404 => Err(ClientError::Unknown(awakeable.to_owned())),
+            _ => Err(ClientError::Http { what: format!("POST {url}"), status, body: body_start(&text) }),
+        }
     }
 
     /// Cancels a run: it ends `aborted` at its next step, with a coherent transcript.

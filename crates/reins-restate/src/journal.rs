@@ -1,12 +1,18 @@
 //! The journaled performer: each model call and each tool call of a run is one Restate `run` step, whose
 //! recorded result stands in for it when the turn is replayed after a crash. A completed step is never
 //! performed again; the step in flight when a worker died is (at least once), with the same idempotency key.
+//! With approvals on, the performer is also how the run waits for decisions: on a Restate awakeable.
 
 use futures_util::future::BoxFuture;
-use reins::{CallResult, ModelError, ModelResponse, ModelStep, Performer, ToolStep};
+use reins::{
+    ApprovalDecision, ApprovalError, ApprovalRequest, Approver, CallResult, ModelError, ModelResponse, ModelStep,
+    PendingCall, Performer, Registry, ToolStep,
+};
 use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
+
+use crate::{Awaiting, STATE_APPROVAL};
 
 /// The most characters of one tool result that are journaled (a longer result is bounded — head, marker,
 /// tail — before it is recorded, as the run would bound it anyway): keeps each journal entry well below
@@ -35,6 +41,8 @@ pub struct Journaled<'a> {
     /// one waits for the invocation to be retried), so the parallel-safe calls of a batch are journaled one
     /// after the other in a durable run.
     one_at_a_time: tokio::sync::Mutex<()>,
+    /// With approvals: the registry the decisions' edits are checked against.
+    approvals: Option<&'a Registry>,
 }
 
 impl<'a> Journaled<'a> {
@@ -49,7 +57,78 @@ impl<'a> Journaled<'a> {
     ) -> Self {
         let max_result_chars =
             max_result_chars.map_or(MAX_JOURNALED_RESULT_CHARS, |m| m.min(MAX_JOURNALED_RESULT_CHARS));
-        Journaled { ctx, cancel, session, max_result_chars, one_at_a_time: tokio::sync::Mutex::new(()) }
+        Journaled { ctx, cancel, session, max_result_chars, one_at_a_time: tokio::sync::Mutex::new(()), approvals: None }
+    }
+
+    /// Makes the run wait for decisions on Restate awakeables (see [`Journaled::decide`]); edited arguments
+    /// are checked against the tools of `registry` before an answer is taken.
+    pub fn with_approvals(mut self, registry: &'a Registry) -> Self {
+        self.approvals = Some(registry);
+        self
+    }
+
+    /// Records that the turn waits (the calls and the awakeable, in the session's state) and waits for the
+    /// awakeable: the invocation suspends, holding no worker, until it is resolved with a JSON array of
+    /// decisions. The answer is checked as the run applies it ([`reins::check_decisions`]); one that does not
+    /// apply, or that decides only some calls, makes the turn ask again (a new awakeable) about the calls
+    /// still undecided, recording why. All of it is journaled: a worker that replays the turn finds the
+    /// same awakeable and its answer, and asks nothing again.
+    async fn wait_for_decisions(
+        &self,
+        request: &ApprovalRequest,
+        registry: &Registry,
+    ) -> Result<Vec<ApprovalDecision>, ApprovalError> {
+        let mut waiting: Vec<PendingCall> = request.calls.iter().filter(|c| c.needs_decision()).cloned().collect();
+        let mut decided = Vec::new();
+        let mut problem = None;
+        while !waiting.is_empty() {
+            let (awakeable, answer) = self.ctx.awakeable::<Vec<u8>>();
+            let asked = ApprovalRequest { calls: waiting.clone(), ..request.clone() };
+            self.ctx.set(STATE_APPROVAL, Json(Awaiting { awakeable, request: asked, problem: problem.take() }));
+            let bytes = match answer.await {
+                Ok(b) => b,
+                Err(e) if e.code() == 409 => {
+                    // The invocation was cancelled (`reins cancel`): the run ends `aborted` in the driver,
+                    // which sees the run's token fire while this answer never comes.
+                    self.cancel.cancel();
+                    return std::future::pending().await;
+                }
+                Err(e) => return Err(ApprovalError(format!("the approval was rejected: {}", e.message()))),
+            };
+            let decisions: Vec<ApprovalDecision> = match serde_json::from_slice(&bytes) {
+                Ok(d) => d,
+                Err(e) => {
+                    problem = Some(format!("the answer is not a JSON array of decisions: {e}"));
+                    continue;
+                }
+            };
+            if decisions.is_empty() {
+                problem = Some("the answer decided no call".into());
+                continue;
+            }
+            if let Err(e) = reins::check_decisions(&waiting, &decisions, registry) {
+                problem = Some(e.to_string());
+                continue;
+            }
+            waiting.retain(|c| !decisions.iter().any(|d| d.call_id == c.call_id));
+            decided.extend(decisions);
+        }
+        self.ctx.clear(STATE_APPROVAL);
+        Ok(decided)
+    }
+}
+
+#[async_trait::async_trait]
+impl Approver for Journaled<'_> {
+    async fn decide(
+        &self,
+        request: &ApprovalRequest,
+        _: &CancellationToken,
+    ) -> Result<Vec<ApprovalDecision>, ApprovalError> {
+        match self.approvals {
+            Some(registry) => self.wait_for_decisions(request, registry).await,
+            None => Ok(Vec::new()),
+        }
     }
 }
 
@@ -115,6 +194,10 @@ impl Performer for Journaled<'_> {
 
     fn session_id(&self) -> Option<&str> {
         Some(&self.session)
+    }
+
+    fn approver(&self) -> Option<&dyn Approver> {
+        self.approvals.is_some().then_some(self as &dyn Approver)
     }
 }
 

@@ -152,9 +152,12 @@ impl Session {
 
         let cancel = CancellationToken::new();
         let max_result = agent.context().max_tool_result_chars;
-        let performer = Journaled::new(&ctx, cancel.clone(), session.clone(), max_result);
+        let performer =
+            Journaled::new(&ctx, cancel.clone(), session.clone(), max_result).with_approvals(agent.registry());
         let mut outcome = agent.drive_with(state, cancel, &performer).await;
         drop(performer);
+        // A wait for decisions that the run's end cut short (cancelled, deadline) is over.
+        ctx.clear(crate::STATE_APPROVAL);
         if let Some(m) = &mcp {
             m.shutdown().await;
         }

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::state::Plan;
 use crate::message::ToolCall;
+use crate::registry::Registry;
 
 /// The canonical JSON of a value: object keys sorted (by their UTF-8 bytes), no whitespace, numbers and
 /// strings as `serde_json` writes them.
@@ -211,6 +212,53 @@ pub enum DecisionError {
     },
 }
 
+/// Checks that a decision names the arguments a call waits with: the hash of `arguments` (the call's, as
+/// they stand) must be the one the decision names.
+pub(crate) fn check_hash(decision: &ApprovalDecision, arguments: &Value) -> Result<(), DecisionError> {
+    let hash = arguments_hash(arguments);
+    if hash != decision.arguments_hash {
+        return Err(DecisionError::OtherArguments {
+            call_id: decision.call_id.clone(),
+            decided: decision.arguments_hash.clone(),
+            current: hash,
+        });
+    }
+    Ok(())
+}
+
+/// Checks the arguments of an edit against the schema of the tool `name` in `registry`.
+pub(crate) fn check_edit(call_id: &str, name: &str, arguments: &Value, registry: &Registry) -> Result<(), DecisionError> {
+    registry
+        .check(name, arguments)
+        .map(|_| ())
+        .map_err(|e| DecisionError::InvalidEdit { call_id: call_id.to_owned(), detail: e.to_string() })
+}
+
+/// Checks `decisions` about the calls of a waiting batch (`waiting`, as [`crate::RunState::pending_batch`]
+/// or an [`ApprovalRequest`] lists them) the way the run applies them ([`crate::RunState::decide`]): each
+/// names a call that waits for a decision, once, with the hash of the arguments it waits with, and edited
+/// arguments pass the tool's schema in `registry`. For an approver that must know before it answers that
+/// its decisions will apply (a durable run asks again instead of ending `awaiting_approval`).
+pub fn check_decisions(
+    waiting: &[PendingCall],
+    decisions: &[ApprovalDecision],
+    registry: &Registry,
+) -> Result<(), DecisionError> {
+    let mut seen = std::collections::HashSet::new();
+    for d in decisions {
+        let call = waiting
+            .iter()
+            .find(|p| p.call_id == d.call_id && p.needs_decision())
+            .filter(|_| seen.insert(d.call_id.as_str()))
+            .ok_or_else(|| DecisionError::UnknownCall(d.call_id.clone()))?;
+        check_hash(d, &call.arguments)?;
+        if let Verdict::Edit { arguments } = &d.verdict {
+            check_edit(&call.call_id, &call.name, arguments, registry)?;
+        }
+    }
+    Ok(())
+}
+
 /// Why an approver gave no answer.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("approver: {0}")]
@@ -221,7 +269,7 @@ pub struct ApprovalError(pub String);
 /// `awaiting_approval`, its batch recorded, to be decided later. An error ends it the same way.
 ///
 /// Implementations: the CLI's terminal prompt, decisions given up front (`reins approve`), a Restate
-/// awakeable, a chat UI.
+/// awakeable (a durable run's performer: [`crate::Performer::approver`]), a chat UI.
 #[async_trait]
 pub trait Approver: Send + Sync {
     /// Decisions for (some of) the calls of `request`. `cancel` fires when the run is cancelled.

@@ -48,7 +48,7 @@ pub mod validate;
 
 pub use approval::{
     ApprovalDecision, ApprovalError, ApprovalRequest, Approver, DecisionError, GivenDecisions, PendingCall, Verdict,
-    arguments_hash, canonical_json,
+    arguments_hash, canonical_json, check_decisions,
 };
 #[cfg(feature = "tiktoken")]
 pub use context::TiktokenCounter;

@@ -371,3 +371,109 @@ async fn a_stop_hook_sends_the_model_back_once() {
     assert_eq!(o.answer, None);
     assert!(o.error.as_deref().unwrap().contains("exit status 3"));
 }
+
+/// A performer that performs in process and answers approvals itself (what a durable run's does with an
+/// awakeable), approving every call it is asked about.
+struct ApprovingPerformer {
+    asked: Mutex<Vec<String>>,
+}
+
+impl reins::Performer for ApprovingPerformer {
+    fn model_call<'a>(
+        &'a self,
+        _: reins::ModelStep,
+        work: futures_util::future::BoxFuture<'a, Result<reins::ModelResponse, reins::ModelError>>,
+    ) -> futures_util::future::BoxFuture<'a, Result<reins::ModelResponse, reins::ModelError>> {
+        work
+    }
+
+    fn tool_call<'a>(
+        &'a self,
+        _: reins::ToolStep<'a>,
+        work: futures_util::future::BoxFuture<'a, reins::CallResult>,
+    ) -> futures_util::future::BoxFuture<'a, reins::CallResult> {
+        work
+    }
+
+    fn approver(&self) -> Option<&dyn Approver> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Approver for ApprovingPerformer {
+    async fn decide(&self, r: &ApprovalRequest, _: &CancellationToken) -> Result<Vec<ApprovalDecision>, ApprovalError> {
+        self.asked.lock().unwrap().extend(r.calls.iter().map(|c| c.call_id.clone()));
+        Ok(r.calls.iter().map(ApprovalDecision::approve).collect())
+    }
+}
+
+#[tokio::test]
+async fn a_performers_approver_is_asked_instead_of_the_agents() {
+    let runs = Runs::default();
+    let model = scripted(vec![calls(vec![echo_call("c1", "hi")]), answer("done")]);
+    // The agent's own approver would leave the call undecided.
+    let agent = agent_with(model, &runs, Limits::default())
+        .policy(ask_echo)
+        .approver(Arc::new(GivenDecisions::new(Vec::new())))
+        .build()
+        .unwrap();
+    let performer = ApprovingPerformer { asked: Mutex::default() };
+    let state = RunState::new("r1", "go", Limits::default(), agent.context()).unwrap();
+    let o = agent.drive_with(state, CancellationToken::new(), &performer).await;
+    is_status(&o, Status::Completed);
+    assert_eq!(*performer.asked.lock().unwrap(), ["c1"]);
+    assert_eq!(runs.get(), 1);
+}
+
+mod check_decisions_props {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A run waiting on `c1` and `c2` (echo, asked about) with `c3` (fail, runs without a decision).
+    fn waiting() -> (Agent, reins::Outcome) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let runs = Runs::default();
+        let model = scripted(vec![
+            calls(vec![echo_call("c1", "a"), echo_call("c2", "b"), call("c3", "fail", json!({"message": "x"}))]),
+            answer("ok"),
+        ]);
+        let agent = agent_with(model, &runs, Limits::default()).policy(ask_echo).build().unwrap();
+        let o = rt.block_on(run(&agent));
+        is_status(&o, Status::AwaitingApproval);
+        (agent, o)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        /// An approver's check of its decisions takes exactly what the run applies: the same decisions are
+        /// refused with the same error by `check_decisions` and by `RunState::decide` one after the other.
+        #[test]
+        fn check_decisions_takes_what_the_run_applies(
+            picks in proptest::collection::vec((0usize..4, any::<bool>(), 0u8..4), 0..5)
+        ) {
+            static W: std::sync::OnceLock<(Agent, reins::Outcome)> = std::sync::OnceLock::new();
+            let (agent, o) = W.get_or_init(waiting);
+            let decisions: Vec<ApprovalDecision> = picks
+                .iter()
+                .map(|&(i, hash_ok, verdict)| {
+                    let call_id = ["c1", "c2", "c3", "zz"][i].to_owned();
+                    let arguments = o.pending.iter().find(|p| p.call_id == call_id).map_or(json!({}), |p| p.arguments.clone());
+                    let arguments_hash = arguments_hash(if hash_ok { &arguments } else { &Value::Null });
+                    let verdict = match verdict {
+                        0 => reins::Verdict::Approve,
+                        1 => reins::Verdict::Deny { reason: "no".into() },
+                        2 => reins::Verdict::Edit { arguments: json!({"text": "edited"}) },
+                        _ => reins::Verdict::Edit { arguments: json!({"text": 5}) },
+                    };
+                    ApprovalDecision { call_id, arguments_hash, verdict }
+                })
+                .collect();
+            let mut state = RunState::resume_pending(
+                "r2", o.messages.clone(), o.pending.clone(), agent.limits().clone(), agent.context(),
+            ).unwrap();
+            let applied = decisions.iter().try_for_each(|d| state.decide(d, agent.registry()));
+            prop_assert_eq!(reins::check_decisions(&o.pending, &decisions, agent.registry()), applied);
+        }
+    }
+}

@@ -109,12 +109,34 @@ fn wait_exit(child: &mut Child, within: Duration) -> bool {
 pub struct Restate {
     child: Option<Child>,
     dir: Dir,
+    extra: Option<Dir>,
     pub ingress: String,
     pub admin: String,
 }
 
 impl Restate {
     pub fn start() -> Restate {
+        Restate::start_with("")
+    }
+
+    /// With these lines in its `[worker.invoker]` section (and `dir/key.pem` written from `pem`, when given).
+    pub fn start_invoker(invoker: &str, pem: Option<&str>) -> Restate {
+        let dir = Dir::new("restate-invoker");
+        let mut lines = String::from("[worker.invoker]\n");
+        lines.push_str(invoker);
+        lines.push('\n');
+        if let Some(pem) = pem {
+            let key = dir.path("key.pem");
+            std::fs::write(&key, pem).unwrap();
+            lines.push_str(&format!("request-identity-private-key-pem-file = \"{}\"\n", key.display()));
+        }
+        let mut r = Restate::start_with(&lines);
+        r.extra = Some(dir);
+        r
+    }
+
+    /// With `extra` appended to its configuration.
+    pub fn start_with(extra: &str) -> Restate {
         let dir = Dir::new("restate");
         let (fabric, admin, ingress) = (free_port(), free_port(), free_port());
         let config = format!(
@@ -137,7 +159,7 @@ exponentiation-factor = 2.0
 max-interval = "1s"
 max-attempts = 70
 on-max-attempts = "pause"
-"#,
+{extra}"#,
             base = dir.path("data").display()
         );
         std::fs::write(dir.path("restate.toml"), config).unwrap();
@@ -145,6 +167,7 @@ on-max-attempts = "pause"
         let mut r = Restate {
             child: None,
             dir,
+            extra: None,
             ingress: format!("http://127.0.0.1:{ingress}"),
             admin: format!("http://127.0.0.1:{admin}"),
         };
@@ -569,6 +592,14 @@ arg_schema = {{ type = "array", items = {{ type = "string" }}, maxItems = 1 }}
     );
     let path = dir.join("agent.toml");
     std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// [`agent_file`] with `approve = "writes"`: every `run_command` call waits for a decision.
+pub fn approving_agent_file(dir: &Path, model_url: &str) -> PathBuf {
+    let path = agent_file(dir, model_url);
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, format!("approve = \"writes\"\n{text}")).unwrap();
     path
 }
 

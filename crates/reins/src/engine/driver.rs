@@ -786,7 +786,8 @@ impl Agent {
                             .collect();
                         emitter.emit(EventKind::ApprovalRequested { step: state.steps(), calls: listed });
                     }
-                    let detail = match &self.approver {
+                    let approver = performer.and_then(|p| p.approver()).or(self.approver.as_deref());
+                    let detail = match approver {
                         None => None,
                         Some(approver) => {
                             let request = ApprovalRequest {

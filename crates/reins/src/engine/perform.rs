@@ -9,6 +9,7 @@
 
 use futures_util::future::BoxFuture;
 
+use crate::approval::Approver;
 use crate::engine::state::CallResult;
 use crate::message::ToolCall;
 use crate::model::{ModelError, ModelResponse};
@@ -64,6 +65,13 @@ pub trait Performer: Send + Sync {
     /// The session the run belongs to, when the performer knows it and the run has no session log
     /// (it becomes part of each tool call's idempotency key).
     fn session_id(&self) -> Option<&str> {
+        None
+    }
+
+    /// How the run waits for decisions about calls a policy or hook asked about, when the performer is
+    /// what decides that (a durable run waits on a Restate awakeable, without holding a worker). `None`
+    /// (the default): the agent's approver is asked, if it has one.
+    fn approver(&self) -> Option<&dyn Approver> {
         None
     }
 }

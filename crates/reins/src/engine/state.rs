@@ -1111,22 +1111,13 @@ impl RunState {
         let Some(current) = self.batch_call(index) else {
             return Err(DecisionError::UnknownCall(decision.call_id.clone()));
         };
-        let hash = arguments_hash(&current.call.arguments);
-        if hash != decision.arguments_hash {
-            return Err(DecisionError::OtherArguments {
-                call_id: decision.call_id.clone(),
-                decided: decision.arguments_hash.clone(),
-                current: hash,
-            });
-        }
+        crate::approval::check_hash(decision, &current.call.arguments)?;
         let call = current.call.clone();
         let (plan, edit) = match &decision.verdict {
             Verdict::Approve => (Plan::Run, None),
             Verdict::Deny { reason } => (Plan::Reject { message: format!("denied by the approver: {reason}") }, None),
             Verdict::Edit { arguments } => {
-                registry
-                    .check(&call.name, arguments)
-                    .map_err(|e| DecisionError::InvalidEdit { call_id: call.id.clone(), detail: e.to_string() })?;
+                crate::approval::check_edit(&call.id, &call.name, arguments, registry)?;
                 let new = ToolCall { id: call.id, name: call.name, arguments: arguments.clone() };
                 (Plan::Run, Some(Edit { call: new, by: "the approver".into() }))
             }

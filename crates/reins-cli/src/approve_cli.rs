@@ -123,7 +123,9 @@ pub async fn approve(args: ApproveArgs) -> Result<u8, CliError> {
         return crate::durable_cli::approve(&id, &given, &durable, wait, run.json, run.output.as_ref()).await;
     }
     if wait {
-        return Err(usage("--wait applies to a durable run (--restate URL): reins approve waits for a local run anyway"));
+        return Err(usage(
+            "--wait applies to a durable run (--restate URL): reins approve waits for a local run anyway",
+        ));
     }
     if run.store.resume.is_some() || run.store.no_store {
         return Err(usage("reins approve continues the session it names: --resume and --no-store do not apply"));

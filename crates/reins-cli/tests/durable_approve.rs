@@ -44,7 +44,8 @@ impl Setup {
 
     /// `reins submit` (not waiting): the session and run ids.
     fn submit(&self, prompt: &str) -> (String, String) {
-        let out = reins().arg("submit").args(self.flags()).arg("--agent").arg(&self.agent).arg(prompt).output().unwrap();
+        let out =
+            reins().arg("submit").args(self.flags()).arg("--agent").arg(&self.agent).arg(prompt).output().unwrap();
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         let stdout = text(&out.stdout);
         let get = |p: &str| stdout.lines().find_map(|l| l.strip_prefix(p)).unwrap().to_owned();
@@ -63,8 +64,10 @@ impl Setup {
         let t0 = Instant::now();
         loop {
             let v = self.status(run);
-            let ids: Vec<&str> =
-                v["awaiting"].as_array().map(|a| a.iter().filter_map(|c| c["call_id"].as_str()).collect()).unwrap_or_default();
+            let ids: Vec<&str> = v["awaiting"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|c| c["call_id"].as_str()).collect())
+                .unwrap_or_default();
             if v["state"] == "awaiting_approval"
                 && ids == calls
                 && (!suspended || v["invocation_status"] == "suspended")
@@ -137,7 +140,10 @@ fn a_durable_run_waits_suspended_for_reins_approve_and_each_approved_call_runs_o
     assert!(v["awaiting"][0]["reason"].as_str().is_some_and(|r| !r.is_empty()), "{v}");
     let readable = reins().arg("status").args(s.flags()).arg(&session).output().unwrap();
     let readable = text(&readable.stdout);
-    assert!(readable.contains("state awaiting_approval") && readable.contains("waiting c1_2 run_command"), "{readable}");
+    assert!(
+        readable.contains("state awaiting_approval") && readable.contains("waiting c1_2 run_command"),
+        "{readable}"
+    );
     no_keys_yet(&s.dir.0);
 
     // Decisions the run cannot apply are not taken: an edit the tool's schema refuses makes the turn ask
@@ -160,7 +166,8 @@ fn a_durable_run_waits_suspended_for_reins_approve_and_each_approved_call_runs_o
     no_keys_yet(&s.dir.0);
 
     // The other with edited arguments; the run goes on to its end.
-    let o = outcome(&s.approve(&run, &["--edit", r#"c1_2={"command": "note", "args": ["edited"]}"#, "--wait", "--json"]));
+    let o =
+        outcome(&s.approve(&run, &["--edit", r#"c1_2={"command": "note", "args": ["edited"]}"#, "--wait", "--json"]));
     assert_eq!(o.status, Status::Completed, "{:?}", o.error);
     assert_eq!(o.answer.as_deref(), Some("done after 1 steps and 2 results"));
     let results = tool_results(&o);
@@ -227,7 +234,10 @@ fn a_worker_killed_while_the_run_waits_is_replaced_and_nothing_is_asked_or_run_t
     let sent = s.approve(&run, &["--all", "--json"]);
     assert_eq!(sent.status.code(), Some(0), "{}", text(&sent.stderr));
     let sent: Value = serde_json::from_str(text(&sent.stdout).lines().last().unwrap()).unwrap();
-    assert_eq!(sent["decisions"][0], json!({"call_id": "c1_1", "arguments_hash": sent["decisions"][0]["arguments_hash"], "decision": "approve"}));
+    assert_eq!(
+        sent["decisions"][0],
+        json!({"call_id": "c1_1", "arguments_hash": sent["decisions"][0]["arguments_hash"], "decision": "approve"})
+    );
     // A new worker replays the turn: the same awakeable and its answer from the journal, then on.
     let _w2 = s.worker(1);
     s.wait_awaiting(&run, &["c2_1"], false);

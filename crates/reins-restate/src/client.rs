@@ -7,7 +7,7 @@ use reins::{ApprovalDecision, Outcome};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::{Awaiting, LAST, STATE_APPROVAL, SERVICE, TURN, TurnRequest, is_valid_awakeable, is_valid_id};
+use crate::{Awaiting, LAST, SERVICE, STATE_APPROVAL, TURN, TurnRequest, is_valid_awakeable, is_valid_id};
 
 /// What went wrong talking to Restate.
 #[derive(Debug, thiserror::Error)]

@@ -57,7 +57,14 @@ impl<'a> Journaled<'a> {
     ) -> Self {
         let max_result_chars =
             max_result_chars.map_or(MAX_JOURNALED_RESULT_CHARS, |m| m.min(MAX_JOURNALED_RESULT_CHARS));
-        Journaled { ctx, cancel, session, max_result_chars, one_at_a_time: tokio::sync::Mutex::new(()), approvals: None }
+        Journaled {
+            ctx,
+            cancel,
+            session,
+            max_result_chars,
+            one_at_a_time: tokio::sync::Mutex::new(()),
+            approvals: None,
+        }
     }
 
     /// Makes the run wait for decisions on Restate awakeables (see [`Journaled::decide`]); edited arguments

@@ -227,7 +227,12 @@ pub(crate) fn check_hash(decision: &ApprovalDecision, arguments: &Value) -> Resu
 }
 
 /// Checks the arguments of an edit against the schema of the tool `name` in `registry`.
-pub(crate) fn check_edit(call_id: &str, name: &str, arguments: &Value, registry: &Registry) -> Result<(), DecisionError> {
+pub(crate) fn check_edit(
+    call_id: &str,
+    name: &str,
+    arguments: &Value,
+    registry: &Registry,
+) -> Result<(), DecisionError> {
     registry
         .check(name, arguments)
         .map(|_| ())

@@ -226,6 +226,9 @@ impl AgentDef {
         if let Some(s) = p.stream {
             b = b.stream(s);
         }
+        if let Some(c) = p.prompt_cache {
+            b = b.prompt_cache(c);
+        }
         for (k, v) in &p.headers {
             b = b.header(k.clone(), v.clone());
         }

@@ -118,6 +118,10 @@ pub struct ProviderDef {
     /// Asks for streamed responses (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<bool>,
+    /// Asks for prompt caching (default true): Anthropic `cache_control` breakpoints, the Responses API's
+    /// `prompt_cache_key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_cache: Option<bool>,
     /// Extra HTTP headers sent with every request. Their values are secrets: masked when shown, never recorded.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,

@@ -246,6 +246,14 @@ impl FromStr for ModelSpec {
                 Ok(_) => Ok(Self(s.to_owned())),
                 Err(e) => Err(e.to_string().trim_start_matches("invalid model: ").to_owned()),
             },
+            // Servers that speak OpenAI's Chat Completions (Gemini's OpenAI-compatible endpoint, Ollama, vLLM,
+            // OpenRouter, ...) are reached through `openai-chat:` with their base URL: say so rather than
+            // leave a user guessing.
+            "gemini" | "google" | "ollama" | "vllm" | "openrouter" | "groq" | "mistral" | "deepseek" | "together"
+            | "xai" | "lmstudio" | "llama" | "llamacpp" => Err(format!(
+                "{prefix:?} is not a provider of its own: reach it through its OpenAI-compatible endpoint with \
+                 openai-chat:{rest} and [provider] base_url (or --base-url); {hint}"
+            )),
             other => Err(format!("unknown provider {other:?} in {s:?}; {hint}")),
         }
     }

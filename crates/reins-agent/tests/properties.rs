@@ -16,6 +16,7 @@ const KEYS: &[(&str, &str, &str)] = &[
     ("provider", "temperature", r#"0.5"#),
     ("provider", "tool_choice", r#""tool:echo""#),
     ("provider", "stream", r#"false"#),
+    ("provider", "prompt_cache", r#"false"#),
     ("provider", "chat_max_tokens_field", r#""max_tokens""#),
     ("provider", "idle_timeout", r#""1m""#),
     ("provider", "max_retries", r#"0"#),

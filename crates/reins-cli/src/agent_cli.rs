@@ -99,6 +99,9 @@ pub fn flags_layer(args: &RunArgs) -> Result<AgentDef, CliError> {
     d.provider.max_response_tokens = args.provider.max_response_tokens.and_then(|n| Positive::new(n.into()));
     d.provider.reasoning_effort = args.provider.reasoning_effort;
     d.provider.thinking_budget = args.provider.thinking_budget.and_then(|n| Positive::new(n.into()));
+    if args.provider.no_prompt_cache {
+        d.provider.prompt_cache = Some(false);
+    }
     d.validate().map_err(|e| usage(flag_message(e)))?;
     Ok(d)
 }

@@ -33,6 +33,10 @@ pub struct ProviderFlags {
     /// Shows the model's text (and reasoning) on stderr as it arrives.
     #[arg(long)]
     pub stream: bool,
+    /// Sends no prompt-caching hints (Anthropic `cache_control` breakpoints, the Responses API's
+    /// `prompt_cache_key`); agent file: `[provider] prompt_cache = false`.
+    #[arg(long)]
+    pub no_prompt_cache: bool,
 }
 
 fn parse_effort(s: &str) -> Result<reins_providers::ReasoningEffort, String> {

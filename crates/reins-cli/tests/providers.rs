@@ -202,3 +202,43 @@ fn a_known_model_gets_its_context_window_as_the_default_budget() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(got.recv().unwrap().1["max_tokens"], 127000);
 }
+
+/// Prompt caching is asked for by default — Anthropic breakpoints, the session's id as the Responses
+/// `prompt_cache_key` — and `--no-prompt-cache` turns it off.
+#[test]
+fn prompt_caching_is_on_by_default_keyed_by_the_session_and_the_flag_turns_it_off() {
+    let (url, got) = serve_once("application/json", fixture("anthropic/text.json"));
+    let out = reins(&["run", "--model", "anthropic:claude-sonnet-4-5", "--base-url", &url, "hi"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let (_, body) = got.recv().unwrap();
+    assert_eq!(body["messages"][0]["content"], serde_json::json!([{"type": "text", "text": "hi",
+                                                                   "cache_control": {"type": "ephemeral"}}]));
+    let (url, got) = serve_once("application/json", fixture("anthropic/text.json"));
+    let out =
+        reins(&["run", "--model", "anthropic:claude-sonnet-4-5", "--base-url", &url, "--no-prompt-cache", "hi"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let (_, body) = got.recv().unwrap();
+    assert_eq!(body["messages"][0]["content"], "hi");
+    assert!(!body.to_string().contains("cache_control"), "{body}");
+
+    let dir = common::Dir::new("prompt-cache-key");
+    let outcome_file = dir.0.join("outcome.json");
+    let (url, got) = serve_once("application/json", fixture("openai_responses/text.json"));
+    let args = ["run", "--model", "openai:gpt-4.1-mini", "--base-url", &format!("{url}/v1"), "--output"];
+    let out = reins(&[&args[..], &[outcome_file.to_str().unwrap(), "hi"]].concat(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let (_, body) = got.recv().unwrap();
+    let outcome: Value = serde_json::from_str(&std::fs::read_to_string(&outcome_file).unwrap()).unwrap();
+    assert!(outcome["session_id"].is_string(), "{outcome}");
+    assert_eq!(body["prompt_cache_key"], outcome["session_id"]);
+}
+
+/// Gemini and other OpenAI-compatible servers are not providers of their own; the error says how to reach them.
+#[test]
+fn a_gemini_model_spec_says_how_to_reach_gemini() {
+    let out = reins(&["run", "--model", "gemini:gemini-2.5-flash", "hi"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("openai-chat:gemini-2.5-flash") && stderr.contains("base_url"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}

@@ -110,6 +110,7 @@ async fn turns(stream: String) {
         instructions: None,
         messages: Conversation::from_messages(vec![Message::user("Write two hundred words.")]),
         tools: Arc::from([]),
+        cache_key: None,
     };
     let body = serde_json::to_vec(&provider.request_body(&request)).expect("body");
     let raw = reqwest::Client::new();
@@ -171,6 +172,7 @@ fn main() {
             instructions: None,
             messages: Conversation::from_messages(vec![Message::user("hi")]),
             tools: Arc::from([]),
+            cache_key: None,
         };
         let reps = if quick() { 3 } else { 9 };
         let mut rates = Vec::new();

@@ -9,8 +9,12 @@ use crate::provider::{Api, Settings, ToolChoice};
 use crate::sse::SseEvent;
 use crate::wire::{Emit, Failure, count, error_object, event_json, parse_arguments, schema_object, str_at, usage};
 
-/// The `anthropic-version` header sent with every request.
-pub const API_VERSION: &str = "2023-06-01";
+/// The `anthropic-version` header sent with every request: the version the official SDKs' current major
+/// versions send, whose request types the contract tests check every body against. It refuses sampling
+/// parameters (Reins sends none: `temperature` is refused when the provider is built) and validates bodies
+/// more strictly than `2023-06-01`. A server that wants another version gets it through a header setting
+/// (`[provider] headers = { "anthropic-version" = "2023-06-01" }`), which replaces this one.
+pub const API_VERSION: &str = "2026-10-21";
 
 /// The output cap sent when none is configured and the model is unknown (the API requires one): the
 /// response cap of every model whose own cap Reins does not know.
@@ -124,11 +128,75 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
             }
         }
     }
+    if s.prompt_cache {
+        place_cache_breakpoints(&mut b);
+    }
     b.insert("stream".into(), stream.into());
     for (k, v) in &s.extra_body {
         b.insert(k.clone(), v.clone());
     }
     Value::Object(b)
+}
+
+/// The `cache_control` marker of a prompt-cache breakpoint (the API's default five-minute lifetime).
+fn breakpoint() -> Value {
+    json!({"type": "ephemeral"})
+}
+
+/// Marks the last block of a message's content as a cache breakpoint. A string content becomes one text
+/// block; an empty text block cannot carry a marker (the API refuses it), so such a message is left alone.
+/// Returns whether a marker was placed.
+fn mark_last_block(message: &mut Value) -> bool {
+    if let Value::String(text) = &message["content"] {
+        if text.is_empty() {
+            return false;
+        }
+        message["content"] = json!([{"type": "text", "text": text}]);
+    }
+    let Some(last) = message["content"].as_array_mut().and_then(|blocks| blocks.last_mut()) else {
+        return false;
+    };
+    if last["type"] == "text" && last["text"].as_str().is_none_or(str::is_empty) {
+        return false;
+    }
+    last["cache_control"] = breakpoint();
+    true
+}
+
+/// Places prompt-cache breakpoints (at most three of the API's four) so that each step of a tool loop reads
+/// the previous step's prefix from the cache and writes its own:
+/// 1. the end of the instructions (the cached prefix runs tools → system → messages, so this one covers the
+///    tools too), or the last tool when there are no instructions;
+/// 2. the end of the previous request: the last block of the user message just before the latest assistant
+///    turn (step n+1 sends step n's messages unchanged, then the answer and the results), so the read hits
+///    however many blocks the last batch added (the API looks back only 20 blocks from a breakpoint);
+/// 3. the end of this request: the last block of the final user message, written for the next step.
+///
+/// Only user messages are marked (an assistant turn may hold thinking blocks, which cannot carry one).
+fn place_cache_breakpoints(b: &mut Map<String, Value>) {
+    match b.get_mut("system") {
+        Some(Value::String(text)) if !text.is_empty() => {
+            let text = std::mem::take(text);
+            b.insert("system".into(), json!([{"type": "text", "text": text, "cache_control": breakpoint()}]));
+        }
+        _ => {
+            if let Some(last) = b.get_mut("tools").and_then(Value::as_array_mut).and_then(|t| t.last_mut()) {
+                last["cache_control"] = breakpoint();
+            }
+        }
+    }
+    let Some(messages) = b.get_mut("messages").and_then(Value::as_array_mut) else { return };
+    let Some(last) = messages.len().checked_sub(1) else { return };
+    if messages[last]["role"] != "user" {
+        return;
+    }
+    mark_last_block(&mut messages[last]);
+    let previous_answer = messages[..last].iter().rposition(|m| m["role"] == "assistant");
+    if let Some(i) = previous_answer.and_then(|a| a.checked_sub(1)) {
+        if messages[i]["role"] == "user" {
+            mark_last_block(&mut messages[i]);
+        }
+    }
 }
 
 fn stop_reason(r: &str) -> FinishReason {

@@ -83,6 +83,9 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
         b.insert("store".into(), false.into());
         b.insert("include".into(), json!(["reasoning.encrypted_content"]));
     }
+    if let Some(key) = req.cache_key.as_deref().filter(|k| s.prompt_cache && !k.is_empty()) {
+        b.insert("prompt_cache_key".into(), key.into());
+    }
     b.insert("stream".into(), stream.into());
     for (k, v) in &s.extra_body {
         b.insert(k.clone(), v.clone());

@@ -163,6 +163,9 @@ pub(crate) struct Settings {
     pub reasoning_effort: Option<crate::ReasoningEffort>,
     /// Anthropic: extended thinking within this many tokens.
     pub thinking_budget: Option<u32>,
+    /// Whether requests ask for prompt caching (Anthropic `cache_control` breakpoints, the Responses API's
+    /// `prompt_cache_key`). Default on.
+    pub prompt_cache: bool,
 }
 
 /// The response cap sent for a model whose own output cap Reins does not know, when none is configured:
@@ -226,6 +229,15 @@ impl ProviderBuilder {
     /// Caps each response's output tokens.
     pub fn max_output_tokens(mut self, n: u32) -> Self {
         self.settings.max_output_tokens = Some(n);
+        self
+    }
+    /// Whether requests ask for prompt caching (default: yes). On, the Anthropic adapter places
+    /// `cache_control` breakpoints (after the instructions and tools, at the end of the previous step's
+    /// request and at the end of this one) and the Responses adapter sends the conversation's stable
+    /// [`ModelRequest::cache_key`](reins::ModelRequest::cache_key) as `prompt_cache_key`. Off, neither is sent
+    /// (cache writes cost more than plain input on Anthropic: a run of one short step gains nothing).
+    pub fn prompt_cache(mut self, on: bool) -> Self {
+        self.settings.prompt_cache = on;
         self
     }
     /// What the model's tokens cost (default: the list price of a known model, else unknown).
@@ -557,6 +569,7 @@ impl Provider {
                 price: None,
                 reasoning_effort: None,
                 thinking_budget: None,
+                prompt_cache: true,
             },
             base_url: None,
             api_key: None,

@@ -40,6 +40,7 @@ fn requests() -> Vec<(&'static str, ModelRequest)> {
         instructions: None,
         messages: Conversation::from_messages(vec![Message::user("Hi")]),
         tools: Arc::from([]),
+        cache_key: None,
     };
     // With instructions: each API's own slot (Responses `instructions`, a Chat `system` message,
     // Anthropic `system`) is checked against the SDK's type.
@@ -62,6 +63,8 @@ fn requests() -> Vec<(&'static str, ModelRequest)> {
             Message::user("And tomorrow?"),
         ]),
         tools: tools(),
+        // The Responses adapter sends it as `prompt_cache_key`.
+        cache_key: Some("ses_7Qm2xv".into()),
     };
     vec![("simple", simple), ("history", history)]
 }
@@ -107,7 +110,8 @@ async fn capture(out: &std::path::Path) {
                         Api::OpenAiChat => {
                             json["messages"].get(0).filter(|m| m["role"] == "system").map(|m| m["content"].clone())
                         }
-                        Api::Anthropic => json.get("system").cloned(),
+                        // A text block carrying the cache breakpoint.
+                        Api::Anthropic => json.get("system").map(|s| s[0]["text"].clone()),
                     };
                     let want = (name == "history").then(|| json!(INSTRUCTIONS));
                     assert_eq!(slot, want, "{api:?} {name}: the instructions in their slot");
@@ -143,6 +147,17 @@ async fn request_bodies_and_fixtures_match_the_official_sdk_types() {
     let ok = stdout.lines().filter(|l| l.starts_with("ok   request")).count();
     assert_eq!(ok, 48, "{stdout}");
     assert!(stdout.lines().any(|l| l.starts_with("ok   stream anthropic/tools.sse")), "{stdout}");
+}
+
+/// Reins speaks the `anthropic-version` of the SDK whose types the bodies are checked against.
+#[test]
+fn reins_speaks_the_anthropic_version_of_the_sdk_it_is_checked_against() {
+    let out = std::process::Command::new(sdk_python())
+        .args(["-c", "from anthropic._constants import ANTHROPIC_API_VERSION as v; print(v)"])
+        .output()
+        .expect("run python");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), reins_providers::anthropic::API_VERSION);
 }
 
 /// The check refuses what the SDKs' types refuse: a misspelt key, a wrong role, a missing field.

@@ -85,6 +85,7 @@ fn history() -> ModelRequest {
             Message::user("Thanks. And tomorrow?"),
         ]),
         tools: tools(),
+        cache_key: None,
     }
 }
 
@@ -93,6 +94,7 @@ fn simple() -> ModelRequest {
         instructions: None,
         messages: Conversation::from_messages(vec![Message::user("Hi")]),
         tools: tools(),
+        cache_key: None,
     }
 }
 
@@ -218,17 +220,20 @@ async fn anthropic_request_body_and_headers() {
     assert_eq!(r.path, "/v1/messages");
     assert_eq!(r.header("x-api-key"), Some("sk-test-123"));
     assert_eq!(r.header("authorization"), None);
-    assert_eq!(r.header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(r.header("anthropic-version"), Some("2026-10-21"));
     let b = r.json();
     assert_eq!(b["max_tokens"], 8192, "required by the API: a default is sent");
-    assert_eq!(b["system"], "Be brief.");
+    // Prompt caching (on by default): breakpoints after the instructions, at the end of the previous
+    // request (the user turn before the last answer) and at the end of this one.
+    assert_eq!(b["system"], json!([{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}]));
     assert!(b.get("temperature").is_none());
     assert_eq!(b["tool_choice"], json!({"type": "any"}));
     assert_eq!(b["tools"][0]["input_schema"]["required"], json!(["city"]));
     assert_eq!(
         b["messages"],
         json!([
-            {"role": "user", "content": "Weather in Paris and the time in Tokyo?"},
+            {"role": "user", "content": [{"type": "text", "text": "Weather in Paris and the time in Tokyo?",
+                                          "cache_control": {"type": "ephemeral"}}]},
             {"role": "assistant", "content": [
                 {"type": "text", "text": "Checking."},
                 {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Paris"}},
@@ -236,7 +241,7 @@ async fn anthropic_request_body_and_headers() {
             {"role": "user", "content": [
                 {"type": "tool_result", "tool_use_id": "call_1", "content": "18°C, sunny"},
                 {"type": "tool_result", "tool_use_id": "call_2", "content": "invalid arguments for get_time", "is_error": true},
-                {"type": "text", "text": "Thanks. And tomorrow?"}]},
+                {"type": "text", "text": "Thanks. And tomorrow?", "cache_control": {"type": "ephemeral"}}]},
         ])
     );
     // A base URL that already ends in /v1 is not doubled.
@@ -278,7 +283,14 @@ async fn an_agents_instructions_reach_each_api_in_its_own_slot() {
                     assert!(b.get("instructions").is_none() && b.get("system").is_none());
                 }
                 Api::Anthropic => {
+                    // The instructions as one text block ending the cached prefix.
+                    let want = match instructions {
+                        Some(text) => json!([{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]),
+                        None => Value::Null,
+                    };
                     assert_eq!(b.get("system").cloned().unwrap_or(Value::Null), want);
+                    let user = json!({"role": "user", "content": [{"type": "text", "text": "Hi",
+                                                                  "cache_control": {"type": "ephemeral"}}]});
                     assert_eq!(b["messages"], json!([user]));
                 }
             }

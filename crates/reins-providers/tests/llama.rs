@@ -75,6 +75,7 @@ async fn plain_and_streamed_text_with_usage() {
         instructions: None,
         messages: Conversation::from_messages(vec![Message::user("Write one short sentence about the sea.")]),
         tools: Arc::from([]),
+        cache_key: None,
     };
     for api in APIS {
         for stream in [false, true] {
@@ -114,6 +115,7 @@ fn tool_request() -> ModelRequest {
             Message::assistant("<tool_call>\n", vec![]),
         ]),
         tools: Arc::from(vec![weather_spec()]),
+        cache_key: None,
     }
 }
 
@@ -189,6 +191,7 @@ impl Model for Prefill {
                 instructions: request.instructions.clone(),
                 messages: Conversation::from_messages(messages),
                 tools: request.tools.clone(),
+                cache_key: None,
             };
             self.first.generate(&prefilled, cancel).await
         } else {
@@ -280,6 +283,7 @@ async fn cancellation_mid_stream_stops_the_generation() {
         instructions: None,
         messages: Conversation::from_messages(vec![Message::user("Count from 1 to 300, separated by commas.")]),
         tools: Arc::from([]),
+        cache_key: None,
     };
     for api in APIS {
         let p = provider(api, &url, true, 600, ToolChoice::Auto);

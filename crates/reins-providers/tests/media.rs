@@ -60,6 +60,7 @@ fn image_request() -> ModelRequest {
             Message::ToolResult(ToolResult { images: vec![png()], ..ToolResult::new("call_1", "the screen", false) }),
         ]),
         tools: Arc::from(vec![look_spec()]),
+        cache_key: None,
     }
 }
 
@@ -147,6 +148,7 @@ fn final_only() -> ModelRequest {
         instructions: None,
         messages: Conversation::from_messages(vec![Message::user("Which city?")]),
         tools: Arc::from(vec![output_schema().tool_spec().clone()]),
+        cache_key: None,
     }
 }
 

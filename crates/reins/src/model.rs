@@ -178,6 +178,10 @@ pub struct ModelRequest {
     pub messages: Conversation,
     /// The tools on offer, in registration order.
     pub tools: Arc<[ToolSpec]>,
+    /// A key that stays the same for every request of one conversation: the session id when the run is
+    /// recorded, else the run id (set by the driver). Adapters whose API routes prompt caches by key send
+    /// it (the Responses API's `prompt_cache_key`), so consecutive steps land where their prefix is cached.
+    pub cache_key: Option<Arc<str>>,
 }
 
 /// Why a model stopped producing output, where the model says.

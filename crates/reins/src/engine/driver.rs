@@ -595,6 +595,9 @@ impl Agent {
             session_id.as_deref().or(performer.and_then(|p| p.session_id())),
             state.run_id(),
         ));
+        // The conversation's prompt-cache key: the session's id, else the run's (made once per run).
+        let cache_key: Arc<str> =
+            Arc::from(session_id.as_deref().or(performer.and_then(|p| p.session_id())).unwrap_or(state.run_id()));
         let mut journaled = journal.as_ref().map_or(0, |j| j.recorded());
         let mut observers = self.observers.clone();
         let (mut on_observer_error, mut include_content) = (self.on_observer_error.clone(), self.include_content);
@@ -665,7 +668,8 @@ impl Agent {
             let left = registry.has_sub_agents().then(|| Left::of(&state));
             match state.next_action(&registry, &self.context) {
                 Action::Finished => break,
-                Action::CallModel(request) => {
+                Action::CallModel(mut request) => {
+                    request.cache_key = Some(cache_key.clone());
                     if let Some(i) = interrupted(false) {
                         self.stop(&mut state, &mut emitter, &run_cancel, i);
                         continue;

@@ -569,6 +569,7 @@ impl RunState {
                         instructions: self.instructions.clone(),
                         messages,
                         tools: registry.specs().clone(),
+                        cache_key: None,
                     });
                 }
                 Err(e) => {
@@ -679,6 +680,7 @@ impl RunState {
             instructions: Some(prompt),
             messages: crate::model::Conversation::from_messages([Message::user(text)]),
             tools: Arc::from(Vec::new()),
+            cache_key: None,
         }
     }
 

@@ -211,8 +211,11 @@ fn prompt_caching_is_on_by_default_keyed_by_the_session_and_the_flag_turns_it_of
     let out = reins(&["run", "--model", "anthropic:claude-sonnet-4-5", "--base-url", &url, "hi"], &[]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let (_, body) = got.recv().unwrap();
-    assert_eq!(body["messages"][0]["content"], serde_json::json!([{"type": "text", "text": "hi",
-                                                                   "cache_control": {"type": "ephemeral"}}]));
+    assert_eq!(
+        body["messages"][0]["content"],
+        serde_json::json!([{"type": "text", "text": "hi",
+                                                                   "cache_control": {"type": "ephemeral"}}])
+    );
     let (url, got) = serve_once("application/json", fixture("anthropic/text.json"));
     let out =
         reins(&["run", "--model", "anthropic:claude-sonnet-4-5", "--base-url", &url, "--no-prompt-cache", "hi"], &[]);

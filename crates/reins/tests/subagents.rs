@@ -421,3 +421,93 @@ async fn sub_agents_with_tools_that_write_run_one_after_the_other() {
     assert!(s[0].2 < s[1].1, "the runs overlapped: {s:?}");
     assert_eq!(o.agents.len(), 2);
 }
+
+/// One dollar per million input tokens, nothing for output: usage (N, 0) costs N / 1e6 dollars.
+fn dollar_per_mtok() -> reins::Price {
+    reins::Price { input_per_mtok: 1.0, output_per_mtok: 0.0, cache_read_per_mtok: None, cache_write_per_mtok: None }
+}
+
+fn priced_child(name: &str, steps: Vec<impl Into<ScriptStep>>, runs: &Runs) -> AgentTool {
+    let model = Arc::new(reins::ScriptedModel::new(steps).with_price(dollar_per_mtok()));
+    let agent = Agent::builder_shared(model).registry(registry(runs)).limits(Limits::default()).build().unwrap();
+    AgentTool::new(name, "A priced helper.", agent).unwrap()
+}
+
+fn priced_parent(steps: Vec<impl Into<ScriptStep>>, tool: AgentTool, limits: Limits, events: &Events) -> Agent {
+    let model = Arc::new(reins::ScriptedModel::new(steps).with_price(dollar_per_mtok()));
+    Agent::builder_shared(model)
+        .registry(Registry::builder().tool(tool).build().unwrap())
+        .limits(limits)
+        .observer(events.clone())
+        .build()
+        .unwrap()
+}
+
+/// A sub-agent's cost rolls up into the parent's total, and the outcome breaks it down per agent.
+#[tokio::test]
+async fn a_sub_agents_cost_rolls_up_into_the_parents_cost() {
+    let (runs, events) = (Runs::default(), Events::default());
+    let helper = priced_child(
+        "helper",
+        vec![
+            calls(vec![echo_call("c1", "x")]).with_usage(Usage::new(200_000, 0)),
+            answer("found").with_usage(Usage::new(100_000, 0)),
+        ],
+        &runs,
+    );
+    let agent = priced_parent(
+        vec![
+            calls(vec![task("p1", "helper", "look")]).with_usage(Usage::new(50_000, 0)),
+            answer("done").with_usage(Usage::new(50_000, 0)),
+        ],
+        helper,
+        Limits { max_cost_usd: Some(5.0), ..Limits::default() },
+        &events,
+    );
+    let o = run(&agent).await;
+    is_status(&o, Status::Completed);
+    let cost = o.cost_usd.expect("a priced run has a cost");
+    assert!((cost - 0.4).abs() < 1e-9, "0.1 own + 0.3 of the helper: {cost}");
+    let h = o.agents["helper"].cost_usd.expect("the helper's cost");
+    assert!((h - 0.3).abs() < 1e-9, "{h}");
+    let json = serde_json::to_value(&o).unwrap();
+    assert!((json["agents"]["helper"]["cost_usd"].as_f64().unwrap() - 0.3).abs() < 1e-9, "{json}");
+}
+
+/// A sub-agent may spend no more than the parent has left under its cost limit; what it spent counts
+/// against the parent's limit, which then stops the parent before another model call.
+#[tokio::test]
+async fn a_sub_agent_gets_no_more_money_than_the_parent_has_left() {
+    let (runs, events) = (Runs::default(), Events::default());
+    let helper = priced_child(
+        "helper",
+        vec![
+            calls(vec![echo_call("a", "1")]).with_usage(Usage::new(500_000, 0)),
+            calls(vec![echo_call("b", "2")]).with_usage(Usage::new(500_000, 0)),
+            answer("x").with_usage(Usage::new(10, 0)),
+        ],
+        &runs,
+    );
+    let agent = priced_parent(
+        vec![calls(vec![task("p1", "helper", "spend")]).with_usage(Usage::new(100_000, 0)), answer("y")],
+        helper,
+        Limits { max_cost_usd: Some(1.0), ..Limits::default() },
+        &events,
+    );
+    let o = run(&agent).await;
+    // The parent spent $0.10, so the helper had $0.90: its second response ($1.00 in all) passed it.
+    let r = result_of(&o, "p1");
+    assert!(r.is_error && r.content.contains("ended cost_limit"), "{}", r.content);
+    assert_eq!(runs.get(), 1, "the helper's second batch was not admitted");
+    let ends = events.child_ends("helper");
+    assert_eq!(ends.len(), 1);
+    let EventKind::RunEnd { status, .. } = &ends[0].kind else { unreachable!() };
+    assert_eq!(*status, Status::CostLimit);
+    // $0.10 + $1.00 > $1.00: the parent ends cost_limit without asking its model again.
+    is_status(&o, Status::CostLimit);
+    assert_eq!(o.steps, 1);
+    assert!(o.error.as_deref().is_some_and(|e| e.contains("with the sub-agents' cost")), "{:?}", o.error);
+    let cost = o.cost_usd.expect("cost");
+    assert!((cost - 1.1).abs() < 1e-9, "{cost}");
+    assert_coherent(&o);
+}

@@ -520,6 +520,12 @@ impl RunState {
                     self.end(Status::TokenLimit, None, Some(detail));
                     return Action::Finished;
                 }
+                // And their cost a cost limit.
+                if let Some(detail) = self.cost_limit_hit() {
+                    let detail = detail.replace("; the turn was not recorded", " (with the sub-agents' cost)");
+                    self.end(Status::CostLimit, None, Some(detail));
+                    return Action::Finished;
+                }
             }
             let mut fixed = 0;
             let budget = match ctx.max_context {

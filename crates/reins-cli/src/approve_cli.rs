@@ -17,7 +17,7 @@ use crate::run::RunArgs;
 /// `reins approve`: decisions about the calls a session waits on, then its run goes on.
 #[derive(Args, Debug)]
 pub struct ApproveArgs {
-    /// The session that waits (an id or a unique prefix).
+    /// The session that waits (an id or a unique prefix); with --restate, a durable run's id or its session's id.
     pub id: String,
     /// Decides about this call (repeatable): approved, or denied with --deny.
     #[arg(long = "call", value_name = "CALL_ID")]

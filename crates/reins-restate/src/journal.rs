@@ -5,8 +5,8 @@
 
 use futures_util::future::BoxFuture;
 use reins::{
-    ApprovalDecision, ApprovalError, ApprovalRequest, Approver, CallResult, ModelError, ModelResponse, ModelStep,
-    PendingCall, Performer, Registry, ToolStep,
+    Agent, ApprovalDecision, ApprovalError, ApprovalRequest, Approver, CallResult, ModelError, ModelResponse,
+    ModelStep, PendingCall, Performer, ToolStep,
 };
 use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -41,8 +41,8 @@ pub struct Journaled<'a> {
     /// one waits for the invocation to be retried), so the parallel-safe calls of a batch are journaled one
     /// after the other in a durable run.
     one_at_a_time: tokio::sync::Mutex<()>,
-    /// With approvals: the registry the decisions' edits are checked against.
-    approvals: Option<&'a Registry>,
+    /// With approvals: the agent whose tools the decisions' edits are checked against.
+    approvals: Option<&'a Agent>,
 }
 
 impl<'a> Journaled<'a> {
@@ -68,9 +68,9 @@ impl<'a> Journaled<'a> {
     }
 
     /// Makes the run wait for decisions on Restate awakeables (see [`Journaled::decide`]); edited arguments
-    /// are checked against the tools of `registry` before an answer is taken.
-    pub fn with_approvals(mut self, registry: &'a Registry) -> Self {
-        self.approvals = Some(registry);
+    /// are checked against the tools `agent` has then (MCP servers' included) before an answer is taken.
+    pub fn with_approvals(mut self, agent: &'a Agent) -> Self {
+        self.approvals = Some(agent);
         self
     }
 
@@ -83,7 +83,7 @@ impl<'a> Journaled<'a> {
     async fn wait_for_decisions(
         &self,
         request: &ApprovalRequest,
-        registry: &Registry,
+        agent: &Agent,
     ) -> Result<Vec<ApprovalDecision>, ApprovalError> {
         let mut waiting: Vec<PendingCall> = request.calls.iter().filter(|c| c.needs_decision()).cloned().collect();
         let mut decided = Vec::new();
@@ -113,7 +113,7 @@ impl<'a> Journaled<'a> {
                 problem = Some("the answer decided no call".into());
                 continue;
             }
-            if let Err(e) = reins::check_decisions(&waiting, &decisions, registry) {
+            if let Err(e) = reins::check_decisions(&waiting, &decisions, &*agent.current_registry().await) {
                 problem = Some(e.to_string());
                 continue;
             }
@@ -133,7 +133,7 @@ impl Approver for Journaled<'_> {
         _: &CancellationToken,
     ) -> Result<Vec<ApprovalDecision>, ApprovalError> {
         match self.approvals {
-            Some(registry) => self.wait_for_decisions(request, registry).await,
+            Some(agent) => self.wait_for_decisions(request, agent).await,
             None => Ok(Vec::new()),
         }
     }

@@ -152,8 +152,7 @@ impl Session {
 
         let cancel = CancellationToken::new();
         let max_result = agent.context().max_tool_result_chars;
-        let performer =
-            Journaled::new(&ctx, cancel.clone(), session.clone(), max_result).with_approvals(agent.registry());
+        let performer = Journaled::new(&ctx, cancel.clone(), session.clone(), max_result).with_approvals(&agent);
         let mut outcome = agent.drive_with(state, cancel, &performer).await;
         drop(performer);
         // A wait for decisions that the run's end cut short (cancelled, deadline) is over.

@@ -477,3 +477,27 @@ mod check_decisions_props {
         }
     }
 }
+
+/// A tool source whose tools are those of a registry it holds (as an MCP source's are the servers').
+struct Source(Arc<reins::Registry>);
+
+#[async_trait]
+impl reins::ToolSource for Source {
+    async fn registry(&self) -> Arc<reins::Registry> {
+        Arc::clone(&self.0)
+    }
+}
+
+#[tokio::test]
+async fn current_registry_is_the_tool_sources_when_there_is_one() {
+    let runs = Runs::default();
+    let plain = agent_with(scripted(vec![answer("ok")]), &runs, Limits::default()).build().unwrap();
+    let names = |r: &reins::Registry| r.specs().iter().map(|s| s.name.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&*plain.current_registry().await), names(plain.registry()));
+    let sourced = Agent::builder_shared(scripted(vec![answer("ok")]))
+        .tool_source(Arc::new(Source(Arc::new(registry(&runs)))))
+        .build()
+        .unwrap();
+    assert!(sourced.registry().is_empty());
+    assert_eq!(names(&*sourced.current_registry().await), names(plain.registry()));
+}

@@ -370,6 +370,15 @@ impl Agent {
         &self.registry
     }
 
+    /// The tools a run of this agent sees now: its tool source's current registry (MCP servers' tools
+    /// included), or [`Agent::registry`] without one.
+    pub async fn current_registry(&self) -> Arc<Registry> {
+        match &self.tool_source {
+            Some(source) => source.registry().await,
+            None => Arc::clone(&self.registry),
+        }
+    }
+
     /// The output schema of every run, if any.
     pub fn output_schema(&self) -> Option<&OutputSchema> {
         self.output_schema.as_ref()

@@ -340,7 +340,10 @@ pub async fn approve(
                     if let Some(p) = &a.problem {
                         return Err(usage(format!("run {}: the decisions were not taken: {p}", found.run_id)));
                     }
-                    if !json {
+                    if json {
+                        let calls = serde_json::to_value(&a.request.calls).map_err(|e| CliError::Internal(e.into()))?;
+                        jsonln!("{}", serde_json::json!({"run": found.run_id, "session": found.session, "state": "awaiting_approval", "awaiting": calls}));
+                    } else {
                         outln!("run {} waits for more decisions", found.run_id);
                         show_waiting(&a);
                     }

@@ -191,14 +191,27 @@ fn a_denied_call_never_runs_and_the_model_gets_the_reason() {
     let s = Setup::new("deny");
     let w = s.worker(0);
     s.restate.register(&w.uri());
-    let (_session, run) = s.submit("tools 1 2");
+    let (session, run) = s.submit("tools 2 2");
     s.wait_awaiting(&run, &["c1_1", "c1_2"], false);
+    // --wait: the run goes on and asks about its next batch; approve says so (exit 14) and lists it.
+    let next = s.approve(&session, &["--all", "--deny", "not on a Friday", "--wait", "--json"]);
+    assert_eq!(next.status.code(), Some(14), "{}\n{}", text(&next.stdout), text(&next.stderr));
+    let v: Value = serde_json::from_str(text(&next.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (&v["state"], &v["awaiting"][0]["call_id"], &v["awaiting"][1]["call_id"]),
+        (&json!("awaiting_approval"), &json!("c2_1"), &json!("c2_2")),
+        "{v}"
+    );
     let o = outcome(&s.approve(&run, &["--all", "--deny", "not on a Friday", "--wait", "--json"]));
     assert_eq!(o.status, Status::Completed, "{:?}", o.error);
-    for r in tool_results(&o) {
+    let results = tool_results(&o);
+    assert_eq!(results.len(), 4);
+    for r in results {
         assert!(r.contains("denied by the approver: not on a Friday"), "{r}");
     }
-    assert_eq!(o.answer.as_deref(), Some("done after 1 steps and 2 results"));
+    assert_eq!(o.answer.as_deref(), Some("done after 2 steps and 4 results"));
+    // The transcript the model was sent holds the reasons; each step asked it once.
+    assert!(s.model.counts("tools 2 2").values().all(|&n| n == 1), "{:?}", s.model.counts("tools 2 2"));
     assert!(s.keys().is_empty(), "a denied call never runs: {:?}", s.keys());
 
     // A run cancelled while it waits ends aborted, with a coherent transcript.

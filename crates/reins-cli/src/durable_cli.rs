@@ -53,6 +53,9 @@ pub struct WorkerArgs {
     /// by one are refused. Default: $REINS_RESTATE_IDENTITY_KEY.
     #[arg(long = "identity-key", value_name = "KEY")]
     pub identity_keys: Vec<String>,
+    /// OpenTelemetry export of the turns' spans.
+    #[command(flatten)]
+    pub otlp: crate::telemetry::OtlpFlags,
 }
 
 /// Flags of `reins submit`.
@@ -137,6 +140,7 @@ pub async fn worker(args: WorkerArgs) -> Result<u8, CliError> {
     reins_restate::worker::endpoint(&options).map_err(|e| usage(e.to_string()))?;
     let listener = reins_restate::worker::bind(args.listen).await.map_err(|e| usage(e.to_string()))?;
     let addr = listener.local_addr().map_err(|e| CliError::Internal(e.into()))?;
+    crate::telemetry::start(&args.otlp)?;
     let listen = |kind: SignalKind| {
         signal(kind).map_err(|e| CliError::Internal(anyhow::anyhow!("cannot listen for signals: {e}")))
     };

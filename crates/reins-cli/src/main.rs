@@ -50,6 +50,7 @@ mod render;
 mod run;
 mod sessions_cli;
 mod signals;
+mod telemetry;
 mod tools_cli;
 mod view_cli;
 
@@ -145,6 +146,8 @@ fn main() -> std::process::ExitCode {
             Command::Cancel(args) => durable_cli::cancel(args).await,
         }
     });
+    // The spans not sent yet, before the runtime goes (a gRPC exporter runs on it); bounded.
+    telemetry::finish();
     // Every way out (a run that ended, an error): the stores are closed, their logs checkpointed.
     sessions_cli::close_stores();
     output::flush_stdout();

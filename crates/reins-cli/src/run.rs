@@ -80,7 +80,7 @@ pub struct RunArgs {
     /// Writes events as JSON lines on stdout (`run_end` last) instead of readable progress.
     #[arg(long)]
     pub json: bool,
-    /// Puts prompts, arguments, texts and results into JSON events (left out by default).
+    /// Puts prompts, arguments, texts and results into JSON events and exported spans (left out by default).
     #[arg(long)]
     pub events_content: bool,
     /// Writes the whole outcome, transcript included, as JSON to this file.
@@ -104,6 +104,9 @@ pub struct RunArgs {
     /// Structured output.
     #[command(flatten)]
     pub media: crate::media_cli::MediaFlags,
+    /// OpenTelemetry export.
+    #[command(flatten)]
+    pub otlp: crate::telemetry::OtlpFlags,
 }
 
 /// The JSON-lines observer: one event a line on stdout.
@@ -147,6 +150,8 @@ fn build_agent(
     } else {
         builder = builder.observer(render::progress_observer).include_content(true);
     }
+    // Spans carry content only when it is opted in (progress lines show it whatever the flag).
+    builder = builder.trace_content(args.events_content);
     if let Some(store) = store {
         builder = builder.journal(parts.journal(store, session).map_err(build_err)?);
     }
@@ -186,6 +191,7 @@ pub async fn run_with(args: RunArgs, given: Option<crate::approve_cli::Given>) -
     if let (Some((id, _)), Some(before)) = (&recorded, &before) {
         crate::agent_cli::report_overrides(id, before, &resolved);
     }
+    crate::telemetry::start(&args.otlp)?;
     let cancel = CancellationToken::new();
     crate::signals::cancel_on_signals(cancel.clone(), "the run")?;
     // A signal during MCP start-up drops the servers started so far (their process groups are killed) and the

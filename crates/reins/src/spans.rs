@@ -26,6 +26,7 @@ use tracing::field::Empty;
 use tracing::instrument::Instrumented;
 use tracing::{Instrument, Span};
 
+use crate::cost::Price;
 use crate::message::{Message, ToolCall};
 use crate::model::{FinishReason, ModelError, ModelIdentity, ModelRequest, ModelResponse};
 use crate::outcome::Outcome;
@@ -222,7 +223,7 @@ pub(crate) fn run_started(
 
 /// What the run's span records when the run ends: status, counts, usage, cost, the answer (content opted
 /// in) and, for every status but `completed`, `error.type` (the status) and an error status.
-pub(crate) fn run_ended(span: &Span, outcome: &Outcome, content: bool, cost_usd: Option<f64>) {
+pub(crate) fn run_ended(span: &Span, outcome: &Outcome, content: bool) {
     if span.is_disabled() {
         return;
     }
@@ -241,7 +242,7 @@ pub(crate) fn run_ended(span: &Span, outcome: &Outcome, content: bool, cost_usd:
             span.record("gen_ai.usage.reasoning.output_tokens", int(u.reasoning_tokens));
         }
     }
-    if let Some(c) = cost_usd {
+    if let Some(c) = outcome.cost_usd {
         span.record("reins.cost_usd", c);
     }
     if content {
@@ -319,7 +320,7 @@ pub(crate) fn chat_request(span: &Span, request: &ModelRequest) {
     span.record("gen_ai.input.messages", Value::Array(messages).to_string());
 }
 
-/// Records a model call's answer: finish reasons, usage, cost and (content opted in) the output message;
+/// Records a model call's answer: finish reasons, usage, cost (at `price`, when it and the usage are known) and (content opted in) the output message;
 /// or the failure. (`gen_ai.response.model` is the model's to record while it answers, inside the span:
 /// `reins-providers` does.)
 #[inline]
@@ -327,10 +328,10 @@ pub(crate) fn chat_response(
     span: &Span,
     response: Result<&ModelResponse, &ModelError>,
     content: bool,
-    cost_usd: Option<f64>,
+    price: Option<&Price>,
 ) {
     if !span.is_disabled() {
-        chat_response_recorded(span, response, content, cost_usd);
+        chat_response_recorded(span, response, content, price);
     }
 }
 
@@ -338,7 +339,7 @@ fn chat_response_recorded(
     span: &Span,
     response: Result<&ModelResponse, &ModelError>,
     content: bool,
-    cost_usd: Option<f64>,
+    price: Option<&Price>,
 ) {
     let r = match response {
         Ok(r) => r,
@@ -354,8 +355,8 @@ fn chat_response_recorded(
         usage(span, u);
     }
     span.record("reins.tool_calls", int(r.tool_calls.len() as u64));
-    if let Some(c) = cost_usd {
-        span.record("reins.cost_usd", c);
+    if let Some((p, u)) = price.zip(r.usage.as_ref()) {
+        span.record("reins.cost_usd", p.cost(u));
     }
     if content {
         let mut parts = Vec::with_capacity(r.tool_calls.len() + 1);

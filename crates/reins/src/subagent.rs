@@ -71,6 +71,8 @@ pub(crate) struct RunScope {
     observers: Vec<Arc<dyn Observer>>,
     on_observer_error: Option<ObserverErrorHook>,
     include_content: bool,
+    /// Whether the parent's spans carry content (its sub-agents' do too).
+    trace_content: bool,
     journal: Option<Arc<dyn RunJournal>>,
     deadline: Option<Instant>,
     /// For each sub-agent call of the batch, how many sub-agent calls run concurrently with it (itself
@@ -99,6 +101,9 @@ impl Link {
     }
     pub(crate) fn include_content(&self) -> bool {
         self.parent.include_content
+    }
+    pub(crate) fn trace_content(&self) -> bool {
+        self.parent.trace_content
     }
     pub(crate) fn journal(&self) -> Option<&Arc<dyn RunJournal>> {
         self.parent.journal.as_ref()
@@ -172,11 +177,18 @@ impl RunScope {
             observers,
             on_observer_error,
             include_content,
+            trace_content: false,
             journal,
             deadline,
             shares,
             ledger: Mutex::new(Ledger { start: left, left, spent: BTreeMap::new() }),
         }
+    }
+
+    /// Whether the parent's spans carry content (so its sub-agents' do too).
+    pub(crate) fn with_trace_content(mut self, on: bool) -> Self {
+        self.trace_content = on;
+        self
     }
 
     /// Runs `work` (the batch) with this scope visible to the sub-agent calls in it.

@@ -322,3 +322,90 @@ fn a_cancelled_batch_marks_its_unfinished_calls_aborted() {
     assert_eq!(tool.get("error.type"), Some("aborted"));
     assert!(tool.closed.is_some());
 }
+
+#[test]
+fn the_run_and_each_model_call_carry_their_cost() {
+    let price = reins::Price {
+        input_per_mtok: 2.0,
+        output_per_mtok: 10.0,
+        cache_read_per_mtok: None,
+        cache_write_per_mtok: None,
+    };
+    let model = Arc::new(
+        reins::ScriptedModel::new(vec![
+            calls(vec![call("a", "echo", json!({"text": "x"}))]).with_usage(Usage::new(1000, 200)),
+            answer("done").with_usage(Usage::new(3000, 100)),
+        ])
+        .with_price(price),
+    );
+    let runs = Runs::default();
+    let agent = agent_with(model, &runs, Limits::default()).build().unwrap();
+    let (outcome, capture) = traced(run(&agent));
+    is_status(&outcome, Status::Completed);
+    let f = |s: Option<&str>| s.and_then(|v| v.strip_prefix("f64:")).and_then(|v| v.parse::<f64>().ok()).unwrap();
+    let root = &capture.named("invoke_agent")[0].1;
+    // 4000 in at $2/M + 300 out at $10/M, as the outcome says.
+    assert!((f(root.get("reins.cost_usd")) - 0.011).abs() < 1e-12, "{root:?}");
+    assert_eq!(outcome.cost_usd.map(|c| (c * 1e6).round()), Some(11_000.0));
+    let chats = capture.named("chat");
+    assert!((f(chats[0].1.get("reins.cost_usd")) - 0.004).abs() < 1e-12);
+    assert!((f(chats[1].1.get("reins.cost_usd")) - 0.007).abs() < 1e-12);
+    // A model of unknown price: no cost attribute at all.
+    let runs = Runs::default();
+    let agent = agent_with(scripted(vec![answer("done").with_usage(Usage::new(5, 5))]), &runs, Limits::default())
+        .build()
+        .unwrap();
+    let (_, capture) = traced(run(&agent));
+    assert_eq!(capture.named("invoke_agent")[0].1.get("reins.cost_usd"), None);
+    assert_eq!(capture.named("chat")[0].1.get("reins.cost_usd"), None);
+}
+
+/// Whether any span of `capture` holds content (a prompt, messages, arguments or results).
+fn has_content(capture: &Capture) -> bool {
+    capture.all().iter().any(|(_, s)| {
+        s.fields.keys().any(|k| k.ends_with(".messages") || k.contains("arguments") || k.contains("call.result"))
+    })
+}
+
+#[test]
+fn trace_content_sets_the_spans_content_apart_from_the_events() {
+    // Events with content (a progress display), spans without: what the CLI does without --events-content.
+    let quiet = Agent::builder_shared(scripted(vec![answer("the-secret-answer")]))
+        .include_content(true)
+        .trace_content(false)
+        .build()
+        .unwrap();
+    let (_, capture) = traced(quiet.run("the-secret-prompt", CancellationToken::new()));
+    assert!(!has_content(&capture), "{:#?}", capture.all());
+    let told = Agent::builder_shared(scripted(vec![answer("the-secret-answer")])).trace_content(true).build().unwrap();
+    let (_, capture) = traced(told.run("the-secret-prompt", CancellationToken::new()));
+    assert!(has_content(&capture));
+}
+
+#[test]
+fn a_sub_agent_carries_content_in_its_spans_when_its_parent_does() {
+    let lead = |content: bool| {
+        let helper = Agent::builder_shared(scripted(vec![answer("inner-secret")])).name("helper").build().unwrap();
+        let tool = reins::AgentTool::new("helper", "Helps.", helper).unwrap();
+        let registry = Registry::builder().tool(tool).build().unwrap();
+        Agent::builder_shared(scripted(vec![
+            calls(vec![call("h1", "helper", json!({"task": "help"}))]),
+            answer("done"),
+        ]))
+        .name("lead")
+        .registry(registry)
+        .trace_content(content)
+        .build()
+        .unwrap()
+    };
+    for content in [false, true] {
+        let (outcome, capture) = traced(lead(content).run("go", CancellationToken::new()));
+        is_status(&outcome, Status::Completed);
+        let helper_run =
+            capture.named("invoke_agent").into_iter().find(|(_, r)| r.get("gen_ai.agent.name") == Some("helper"));
+        let (helper_id, helper_run) = helper_run.expect("the helper's run span");
+        assert_eq!(helper_run.get("gen_ai.output.messages").is_some(), content, "{helper_run:?}");
+        let helper_chat = capture.named("chat").into_iter().find(|(_, c)| c.parent == Some(helper_id)).unwrap();
+        assert_eq!(helper_chat.1.get("gen_ai.input.messages").is_some_and(|m| m.contains("help")), content);
+    }
+}

@@ -76,6 +76,7 @@ pub struct Agent {
     observers: Vec<Arc<dyn Observer>>,
     on_observer_error: Option<ObserverErrorHook>,
     include_content: bool,
+    trace_content: Option<bool>,
     journal: Option<Arc<dyn Journal>>,
     output_schema: Option<OutputSchema>,
     approver: Option<Arc<dyn Approver>>,
@@ -166,6 +167,13 @@ impl AgentBuilder {
         self.agent.include_content = on;
         self
     }
+    /// Puts prompts, instructions, messages, arguments and results into the run's spans (see
+    /// [`crate::spans`]); by default they follow [`AgentBuilder::include_content`]. A sub-agent's spans carry
+    /// content when its own setting or its parent run's says so.
+    pub fn trace_content(mut self, on: bool) -> Self {
+        self.agent.trace_content = Some(on);
+        self
+    }
     /// Records every run durably through `journal` (see [`crate::journal`]).
     pub fn journal(mut self, journal: impl Journal + 'static) -> Self {
         self.agent.journal = Some(Arc::new(journal));
@@ -221,6 +229,8 @@ impl AgentBuilder {
 struct BatchAt<'a> {
     step: u64,
     key_prefix: &'a Arc<str>,
+    /// Whether the calls' spans carry content.
+    span_content: bool,
 }
 
 /// A model call with its panic caught and reported as a failed call.
@@ -330,6 +340,7 @@ impl Agent {
                 observers: Vec::new(),
                 on_observer_error: None,
                 include_content: false,
+                trace_content: None,
                 journal: None,
                 output_schema: None,
                 approver: None,
@@ -557,6 +568,9 @@ impl Agent {
         link: Option<Link>,
     ) -> Outcome {
         let started = Instant::now();
+        // Whether the spans carry content: the agent's setting, or its parent run's for a sub-agent.
+        let span_content =
+            self.trace_content.unwrap_or(self.include_content) || link.as_ref().is_some_and(Link::trace_content);
         state.set_prices(self.model.price(), self.compact_model.as_ref().and_then(|m| m.price()));
         let limits = state.limits().clone();
         let deadline = limits.timeout.and_then(|d| started.checked_add(d)).map(tokio::time::Instant::from_std);
@@ -634,13 +648,7 @@ impl Agent {
         }
         if !run_span.is_disabled() {
             let first = state.transcript().conversation();
-            spans::run_started(
-                run_span,
-                session_id.as_deref(),
-                self.include_content,
-                state.instructions(),
-                first.get(0),
-            );
+            spans::run_started(run_span, session_id.as_deref(), span_content, state.instructions(), first.get(0));
         }
         if emitter.active() {
             let tools = registry.specs().iter().map(|s| s.name.clone()).collect();
@@ -694,7 +702,7 @@ impl Agent {
                     let t0 = Instant::now();
                     emitter.emit_at(EventKind::ModelStart { step, messages: request.messages.len() }, t0);
                     let chat = spans::chat_span(info, step, session_id.as_deref());
-                    if self.include_content {
+                    if span_content {
                         spans::chat_request(&chat, &request);
                     }
                     let generate = spans::boxed_within(&chat, self.model.generate(&request, &run_cancel));
@@ -724,7 +732,7 @@ impl Agent {
                     if let Some(j) = &journal {
                         j.response(step, response.as_ref());
                     }
-                    spans::chat_response(&chat, response.as_ref(), self.include_content, None);
+                    spans::chat_response(&chat, response.as_ref(), span_content, state.price());
                     let answered = response.is_ok();
                     let summary = response.as_ref().ok().filter(|_| emitter.active()).map(|r| {
                         let cost_usd = state.price().zip(r.usage.as_ref()).map(|(p, u)| p.cost(u));
@@ -874,7 +882,7 @@ impl Agent {
                             spans::chat_span(&info, step, session_id.as_deref())
                         }),
                     };
-                    if self.include_content {
+                    if span_content {
                         spans::chat_request(&chat, &request);
                     }
                     let t0 = Instant::now();
@@ -914,7 +922,10 @@ impl Agent {
                     };
                     let elapsed = t0.elapsed();
                     let usage = response.as_ref().ok().and_then(|r| r.usage);
-                    spans::chat_response(&chat, response.as_ref(), self.include_content, None);
+                    if !chat.is_disabled() {
+                        let price = self.compact_model.as_ref().map_or_else(|| state.price().copied(), |m| m.price());
+                        spans::chat_response(&chat, response.as_ref(), span_content, price.as_ref());
+                    }
                     drop(chat);
                     let done = state.on_compaction_response(response, &self.context);
                     if let Some(done) = &done {
@@ -953,20 +964,23 @@ impl Agent {
                     let mut slots: Vec<Slot> = vec![Slot::default(); batch.len()];
                     // Sub-agent calls get the run's budget left and report what they spend (see `subagent`).
                     let scope = left.map(|left| {
-                        Arc::new(RunScope::new(
-                            Arc::clone(emitter.run_id()),
-                            left,
-                            &batch,
-                            &registry,
-                            inherited.clone().unwrap_or_default(),
-                            on_observer_error.clone(),
-                            include_content,
-                            journal.clone(),
-                            deadline.map(tokio::time::Instant::into_std),
-                        ))
+                        Arc::new(
+                            RunScope::new(
+                                Arc::clone(emitter.run_id()),
+                                left,
+                                &batch,
+                                &registry,
+                                inherited.clone().unwrap_or_default(),
+                                on_observer_error.clone(),
+                                include_content,
+                                journal.clone(),
+                                deadline.map(tokio::time::Instant::into_std),
+                            )
+                            .with_trace_content(span_content),
+                        )
                     });
                     let outcome = {
-                        let at = BatchAt { step: steps_so_far, key_prefix: &key_prefix };
+                        let at = BatchAt { step: steps_so_far, key_prefix: &key_prefix, span_content };
                         let work = self.run_batch(
                             &registry,
                             &batch,
@@ -1049,7 +1063,7 @@ impl Agent {
             }
         }
         outcome.session_id = session_id.clone();
-        spans::run_ended(run_span, &outcome, self.include_content, None);
+        spans::run_ended(run_span, &outcome, span_content);
         emitter.emit(EventKind::RunEnd {
             status: outcome.status,
             steps: outcome.steps,
@@ -1333,7 +1347,7 @@ impl Agent {
         hook_ctx: Option<&HookContext>,
         hook_events: &mut Vec<EventKind>,
     ) -> CallResult {
-        let span = spans::tool_span(p.call, self.include_content);
+        let span = spans::tool_span(p.call, at.span_content);
         let unfinished = spans::Unfinished::new(&span);
         let call = self.run_call(registry, p, run_cancel, performer, at, hook_ctx, hook_events);
         let result = call.instrument(span.clone()).await;
@@ -1344,7 +1358,7 @@ impl Agent {
             (Plan::Run, None) => "unknown_tool",
             (Plan::Run, Some(_)) => "tool_error",
         };
-        spans::tool_result(&span, result.is_error, &result.content, error_type, self.include_content);
+        spans::tool_result(&span, result.is_error, &result.content, error_type, at.span_content);
         result
     }
 

@@ -1,0 +1,387 @@
+//! OTLP export of the runs' spans (`reins::spans`, the OpenTelemetry GenAI conventions): on when `--otlp URL` is
+//! given or the standard `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` / `OTEL_EXPORTER_OTLP_ENDPOINT` variable is set.
+//!
+//! Every command that runs agents calls [`start`] once before its first run, and `main` calls [`finish`] once the
+//! command is done (a first Ctrl-C/SIGTERM ends the command the ordinary way, so its spans are flushed too). Spans
+//! go through a `BatchSpanProcessor` (its own thread: nothing is sent on the engine's path), only those of Reins'
+//! own targets (no HTTP/2 or client-library spans). A collector that cannot be reached costs one warning on stderr,
+//! never the run, and the flush at exit waits at most [`FLUSH_BOUND`].
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use clap::Args;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry::{Array, KeyValue, StringValue, Value};
+use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+use tracing_subscriber::Layer as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+
+use crate::exit::{CliError, usage};
+
+/// The longest the flush at exit waits for the collector (the spans not sent by then are lost, with a warning).
+pub const FLUSH_BOUND: Duration = Duration::from_secs(5);
+
+/// The `--otlp` flag of the commands that run agents.
+#[derive(Args, Debug, Clone, Default)]
+pub struct OtlpFlags {
+    /// Sends the runs' OpenTelemetry spans to this OTLP endpoint (an http:// or https:// URL; default: the
+    /// standard OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT variables). The protocol is
+    /// OTEL_EXPORTER_OTLP_PROTOCOL's: http/protobuf (default; /v1/traces is added to a URL without a path) or grpc.
+    #[arg(long, value_name = "URL", value_parser = parse_url)]
+    pub otlp: Option<String>,
+}
+
+/// The OTLP transport.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// OTLP/HTTP with protobuf bodies (`http/protobuf`), the specification's default.
+    HttpProtobuf,
+    /// OTLP/gRPC (`grpc`).
+    Grpc,
+}
+
+impl Protocol {
+    fn name(self) -> &'static str {
+        match self {
+            Protocol::HttpProtobuf => "http/protobuf",
+            Protocol::Grpc => "grpc",
+        }
+    }
+}
+
+/// Where and how spans are sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// The URL spans are sent to (for HTTP, the full `/v1/traces` URL).
+    pub endpoint: String,
+    /// The transport.
+    pub protocol: Protocol,
+}
+
+/// A non-empty environment variable.
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
+}
+
+/// Checks an endpoint URL: http or https, a host, no spaces.
+fn parse_url(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    let rest = s
+        .strip_prefix("http://")
+        .or_else(|| s.strip_prefix("https://"))
+        .ok_or_else(|| format!("{s:?} is not an http:// or https:// URL"))?;
+    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if host.is_empty() || host.starts_with(':') {
+        return Err(format!("{s:?} names no host"));
+    }
+    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("{s:?} holds a space or a control character"));
+    }
+    Ok(s.to_owned())
+}
+
+/// Whether `url` has a path beyond `/`.
+fn has_path(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let path = rest.find('/').map_or("", |i| &rest[i..]);
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    !path.is_empty() && path != "/"
+}
+
+/// `base` with `/v1/traces` appended (the specification's rule for `OTEL_EXPORTER_OTLP_ENDPOINT` over HTTP).
+fn with_traces_path(base: &str) -> String {
+    format!("{}/v1/traces", base.trim_end_matches('/'))
+}
+
+/// Where spans go, from the flag and the environment as given by `var`; `None` when export is off. An invalid
+/// variable is an error (the caller warns and exports nothing).
+pub fn resolve(flag: Option<&str>, var: impl Fn(&str) -> Option<String>) -> Result<Option<Target>, String> {
+    if flag.is_none() {
+        if var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+            return Ok(None);
+        }
+        if var("OTEL_TRACES_EXPORTER").is_some_and(|v| v.eq_ignore_ascii_case("none")) {
+            return Ok(None);
+        }
+    }
+    let protocol = match var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        .map(|v| ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", v))
+        .or_else(|| var("OTEL_EXPORTER_OTLP_PROTOCOL").map(|v| ("OTEL_EXPORTER_OTLP_PROTOCOL", v)))
+    {
+        None => Protocol::HttpProtobuf,
+        Some((_, v)) if v == "http/protobuf" => Protocol::HttpProtobuf,
+        Some((_, v)) if v == "grpc" => Protocol::Grpc,
+        Some((name, v)) => return Err(format!("{name}={v:?} is not supported (grpc or http/protobuf)")),
+    };
+    let endpoint = if let Some(url) = flag {
+        // As OTEL_EXPORTER_OTLP_ENDPOINT, but a URL that already names a path is used as it is.
+        match protocol {
+            Protocol::HttpProtobuf if !has_path(url) => with_traces_path(url),
+            _ => url.to_owned(),
+        }
+    } else if let Some(url) = var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+        parse_url(&url).map_err(|e| format!("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: {e}"))?
+    } else if let Some(url) = var("OTEL_EXPORTER_OTLP_ENDPOINT") {
+        let url = parse_url(&url).map_err(|e| format!("OTEL_EXPORTER_OTLP_ENDPOINT: {e}"))?;
+        match protocol {
+            Protocol::HttpProtobuf => with_traces_path(&url),
+            Protocol::Grpc => url,
+        }
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(Target { endpoint, protocol }))
+}
+
+/// The exporter in use, kept for [`finish`].
+struct Exporting {
+    provider: SdkTracerProvider,
+    warning: Arc<Warning>,
+}
+
+static EXPORTING: Mutex<Option<Exporting>> = Mutex::new(None);
+
+/// Says once (on stderr) that spans could not be sent.
+#[derive(Debug)]
+struct Warning {
+    target: String,
+    said: AtomicBool,
+}
+
+impl Warning {
+    fn say(&self, why: &str) {
+        if !self.said.swap(true, Ordering::Relaxed) {
+            errln!(
+                "reins: warning: cannot send traces to {}: {why} (the run goes on; its spans are lost)",
+                self.target
+            );
+        }
+    }
+}
+
+/// The OTLP exporter, saying once when an export fails, and giving finish reasons as the string array the
+/// conventions describe (the core records them as JSON text).
+#[derive(Debug)]
+struct Warned<E> {
+    inner: E,
+    warning: Arc<Warning>,
+}
+
+impl<E: SpanExporter> SpanExporter for Warned<E> {
+    async fn export(&self, mut batch: Vec<SpanData>) -> OTelSdkResult {
+        for span in &mut batch {
+            finish_reasons_as_array(&mut span.attributes);
+        }
+        let result = self.inner.export(batch).await;
+        if let Err(e) = &result {
+            self.warning.say(&e.to_string());
+        }
+        result
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
+/// `gen_ai.response.finish_reasons` as a string array (it comes as the JSON text of one).
+pub fn finish_reasons_as_array(attributes: &mut [KeyValue]) {
+    for kv in attributes.iter_mut().filter(|kv| kv.key.as_str() == "gen_ai.response.finish_reasons") {
+        if let Value::String(s) = &kv.value
+            && let Ok(reasons) = serde_json::from_str::<Vec<String>>(s.as_str())
+        {
+            kv.value = Value::Array(Array::String(reasons.into_iter().map(StringValue::from).collect()));
+        }
+    }
+}
+
+/// The resource: `service.name` from OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES, else `reins`;
+/// `service.version` Reins' version.
+fn resource() -> opentelemetry_sdk::Resource {
+    let named = env("OTEL_SERVICE_NAME").is_some()
+        || env("OTEL_RESOURCE_ATTRIBUTES")
+            .is_some_and(|a| a.split(',').any(|kv| kv.trim().starts_with("service.name=")));
+    let mut builder = opentelemetry_sdk::Resource::builder()
+        .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")));
+    if !named {
+        builder = builder.with_service_name("reins");
+    }
+    builder.build()
+}
+
+/// Starts exporting spans when `--otlp` or the environment asks for it (once per process; later calls do
+/// nothing). A bad variable or an exporter that cannot be built costs a warning and no export; an unreachable
+/// collector is only found out when spans are sent (a warning then). Call it inside the Tokio runtime (gRPC).
+pub fn start(flags: &OtlpFlags) -> Result<bool, CliError> {
+    let mut exporting = EXPORTING.lock().map_err(|_| CliError::Internal(anyhow::anyhow!("telemetry lock")))?;
+    if exporting.is_some() {
+        return Ok(true);
+    }
+    let target = match resolve(flags.otlp.as_deref(), env) {
+        Ok(Some(t)) => t,
+        Ok(None) => return Ok(false),
+        Err(e) if flags.otlp.is_some() => return Err(usage(format!("--otlp: {e}"))),
+        Err(e) => {
+            errln!("reins: warning: {e}: traces are not exported");
+            return Ok(false);
+        }
+    };
+    let warning = Arc::new(Warning {
+        target: format!("{} ({})", target.endpoint, target.protocol.name()),
+        said: AtomicBool::new(false),
+    });
+    // The HTTP client's TLS (an https:// collector) uses the process's crypto provider, as the providers' does.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let built = match target.protocol {
+        Protocol::HttpProtobuf => opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+            .with_endpoint(&target.endpoint)
+            .build(),
+        Protocol::Grpc => {
+            opentelemetry_otlp::SpanExporter::builder().with_tonic().with_endpoint(&target.endpoint).build()
+        }
+    };
+    let exporter = match built {
+        Ok(e) => e,
+        Err(e) => {
+            warning.say(&e.to_string());
+            return Ok(false);
+        }
+    };
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(Warned { inner: exporter, warning: Arc::clone(&warning) })
+        .with_resource(resource())
+        .build();
+    let tracer = provider.tracer("reins");
+    let layer = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_location(false)
+        .with_threads(false)
+        .with_tracked_inactivity(false)
+        .with_filter(tracing_subscriber::filter::Targets::new().with_target("reins", tracing::Level::INFO));
+    let subscriber = tracing_subscriber::registry().with(layer);
+    if tracing::subscriber::set_global_default(subscriber).is_err() {
+        errln!("reins: warning: a tracing subscriber is already set: traces are not exported");
+        let _ = provider.shutdown_with_timeout(Duration::ZERO);
+        return Ok(false);
+    }
+    *exporting = Some(Exporting { provider, warning });
+    Ok(true)
+}
+
+/// Sends the spans not sent yet and stops the exporter, waiting at most [`FLUSH_BOUND`]; says once if they could
+/// not all be sent. Call it once the command is done, still inside the runtime's lifetime (not within it).
+pub fn finish() {
+    let Some(exporting) = EXPORTING.lock().ok().and_then(|mut e| e.take()) else {
+        return;
+    };
+    match exporting.provider.shutdown_with_timeout(FLUSH_BOUND) {
+        Ok(()) | Err(OTelSdkError::AlreadyShutdown) => {}
+        Err(OTelSdkError::Timeout(t)) => {
+            exporting.warning.say(&format!("the collector did not take the last spans within {}s", t.as_secs()))
+        }
+        Err(e) => exporting.warning.say(&e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let pairs: Vec<(String, String)> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        move |name| pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    }
+
+    fn target(endpoint: &str, protocol: Protocol) -> Option<Target> {
+        Some(Target { endpoint: endpoint.to_owned(), protocol })
+    }
+
+    #[test]
+    fn the_flag_and_the_standard_variables_choose_the_endpoint_and_protocol() {
+        let none = vars(&[]);
+        assert_eq!(resolve(None, &none), Ok(None));
+        assert_eq!(
+            resolve(Some("http://127.0.0.1:4318"), &none),
+            Ok(target("http://127.0.0.1:4318/v1/traces", Protocol::HttpProtobuf))
+        );
+        assert_eq!(
+            resolve(Some("http://127.0.0.1:6006/v1/traces"), &none),
+            Ok(target("http://127.0.0.1:6006/v1/traces", Protocol::HttpProtobuf))
+        );
+        let grpc = vars(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]);
+        assert_eq!(resolve(Some("http://h:4317"), &grpc), Ok(target("http://h:4317", Protocol::Grpc)));
+        let base = vars(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318/")]);
+        assert_eq!(resolve(None, &base), Ok(target("http://c:4318/v1/traces", Protocol::HttpProtobuf)));
+        // The signal's own variables win over the generic ones; its endpoint is used as it is.
+        let both = vars(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://t:9999/custom"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf"),
+        ]);
+        assert_eq!(resolve(None, &both), Ok(target("http://t:9999/custom", Protocol::HttpProtobuf)));
+        // The flag wins over the variables' endpoint.
+        assert_eq!(resolve(Some("http://f:1"), &both), Ok(target("http://f:1/v1/traces", Protocol::HttpProtobuf)));
+        // Turned off by the standard switches (unless the flag asks).
+        let off = vars(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"), ("OTEL_SDK_DISABLED", "true")]);
+        assert_eq!(resolve(None, &off), Ok(None));
+        let none_exp = vars(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"), ("OTEL_TRACES_EXPORTER", "none")]);
+        assert_eq!(resolve(None, &none_exp), Ok(None));
+        assert!(resolve(Some("http://f:1"), &off).is_ok_and(|t| t.is_some()));
+    }
+
+    #[test]
+    fn unsupported_or_malformed_settings_are_refused_with_their_name() {
+        let json = vars(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"), ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c")]);
+        assert!(
+            resolve(None, &json).is_err_and(|e| e.contains("OTEL_EXPORTER_OTLP_PROTOCOL") && e.contains("http/json"))
+        );
+        let bad = vars(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "c:4318")]);
+        assert!(resolve(None, &bad).is_err_and(|e| e.contains("OTEL_EXPORTER_OTLP_ENDPOINT")));
+        assert!(parse_url("ftp://x").is_err());
+        assert!(parse_url("http://").is_err());
+        assert!(parse_url("http://:4318").is_err());
+        assert!(parse_url("http://a b").is_err());
+        assert_eq!(parse_url(" https://x:1/p "), Ok("https://x:1/p".to_owned()));
+    }
+
+    #[test]
+    fn finish_reasons_become_a_string_array_and_other_attributes_stay() {
+        let mut attrs = vec![
+            KeyValue::new("gen_ai.response.finish_reasons", r#"["tool_call"]"#),
+            KeyValue::new("gen_ai.tool.name", r#"["x"]"#),
+        ];
+        finish_reasons_as_array(&mut attrs);
+        assert_eq!(attrs[0].value, Value::Array(Array::String(vec![StringValue::from("tool_call")])));
+        assert_eq!(attrs[1].value, Value::from(r#"["x"]"#));
+    }
+
+    proptest! {
+        #[test]
+        fn resolving_never_panics_and_an_accepted_url_is_http(flag in proptest::option::of(".{0,40}"),
+                                                               endpoint in ".{0,40}", protocol in ".{0,16}") {
+            let flag = flag.and_then(|f| parse_url(&f).ok());
+            let pairs = [("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()), ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol.as_str())];
+            let v = vars(&pairs);
+            if let Ok(Some(t)) = resolve(flag.as_deref(), |n| v(n).filter(|s| !s.trim().is_empty())) {
+                prop_assert!(t.endpoint.starts_with("http://") || t.endpoint.starts_with("https://"));
+            }
+        }
+    }
+}

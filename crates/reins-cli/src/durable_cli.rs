@@ -223,6 +223,24 @@ async fn awaiting_of(client: &Client, found: &Found) -> Result<Option<Awaiting>,
     Ok(client.awaiting(&found.session).await?.filter(|a| a.request.run_id == found.run_id))
 }
 
+/// Finds the run `id` (or the newest run of the session `id`) and what it waits for. Given a session id whose
+/// newest run is a turn queued behind one that waits for decisions, it is the waiting run that is found.
+async fn find_waiting(client: &Client, id: &str) -> Result<(Found, Option<Awaiting>), ClientError> {
+    let found = client.find(id).await?;
+    if found.session == id {
+        if let Some(a) = client.awaiting(id).await? {
+            if a.request.run_id != found.run_id {
+                let waiting = client.find(&a.request.run_id).await?;
+                if waiting.status != "completed" {
+                    return Ok((waiting, Some(a)));
+                }
+            }
+        }
+    }
+    let awaiting = awaiting_of(client, &found).await?;
+    Ok((found, awaiting))
+}
+
 /// Prints the calls a run waits on, one a line: `waiting CALL_ID TOOL ARGUMENTS: REASON`.
 fn show_waiting(a: &Awaiting) {
     for c in &a.request.calls {
@@ -240,12 +258,8 @@ fn show_waiting(a: &Awaiting) {
 /// `reins status`.
 pub async fn status(args: IdArgs) -> Result<u8, CliError> {
     let client = args.restate.client();
-    let found = match client.find(&args.id).await {
+    let (found, awaiting) = match find_waiting(&client, &args.id).await {
         Ok(f) => f,
-        Err(e) => return client_err(e),
-    };
-    let awaiting = match awaiting_of(&client, &found).await {
-        Ok(a) => a,
         Err(e) => return client_err(e),
     };
     let state = match (&found.status[..], &found.failure) {
@@ -289,12 +303,8 @@ pub async fn approve(
     output: Option<&PathBuf>,
 ) -> Result<u8, CliError> {
     let client = flags.client();
-    let found = match client.find(id).await {
+    let (found, awaiting) = match find_waiting(&client, id).await {
         Ok(f) => f,
-        Err(e) => return client_err(e),
-    };
-    let awaiting = match awaiting_of(&client, &found).await {
-        Ok(a) => a,
         Err(e) => return client_err(e),
     };
     let Some(asked) = awaiting else {

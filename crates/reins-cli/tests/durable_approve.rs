@@ -145,6 +145,13 @@ fn a_durable_run_waits_suspended_for_reins_approve_and_each_approved_call_runs_o
         "{readable}"
     );
     no_keys_yet(&s.dir.0);
+    // A follow-up turn queues behind the waiting one (one turn of a session at a time); the session's id still
+    // finds the waiting run.
+    let follow = reins().arg("submit").args(s.flags()).args(["--session", &session, "again"]).output().unwrap();
+    assert_eq!(follow.status.code(), Some(0), "{}", text(&follow.stderr));
+    let follow = text(&follow.stdout).lines().find_map(|l| l.strip_prefix("run ")).unwrap().to_owned();
+    let v = s.status(&session);
+    assert_eq!((&v["run"], &v["state"]), (&json!(run), &json!("awaiting_approval")), "{v}");
 
     // Decisions the run cannot apply are not taken: an edit the tool's schema refuses makes the turn ask
     // again, saying why (and --wait reports it, exit 2).
@@ -159,7 +166,7 @@ fn a_durable_run_waits_suspended_for_reins_approve_and_each_approved_call_runs_o
     assert!(text(&unknown.stderr).contains("no call \"zz\""), "{}", text(&unknown.stderr));
 
     // Deciding one call leaves the turn waiting for the other.
-    let one = s.approve(&run, &["--call", "c1_1"]);
+    let one = s.approve(&session, &["--call", "c1_1"]);
     assert_eq!(one.status.code(), Some(0), "{}", text(&one.stderr));
     assert!(text(&one.stdout).contains("c1_1 run_command approved"), "{}", text(&one.stdout));
     s.wait_awaiting(&run, &["c1_2"], false);
@@ -184,6 +191,17 @@ fn a_durable_run_waits_suspended_for_reins_approve_and_each_approved_call_runs_o
     let again = s.approve(&run, &["--all"]);
     assert_eq!(again.status.code(), Some(2));
     assert!(text(&again.stderr).contains("does not wait for an approval"), "{}", text(&again.stderr));
+    // The queued follow-up ran after it, continuing the transcript.
+    let res = loop {
+        let res = reins().arg("result").args(s.flags()).args([&follow, "--json"]).output().unwrap();
+        if res.status.code() != Some(15) {
+            break res;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let second: Outcome = serde_json::from_str(text(&res.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(second.status, Status::Completed, "{:?}", second.error);
+    assert_eq!(second.messages[..o.messages.len()], o.messages[..]);
 }
 
 #[test]

@@ -272,6 +272,7 @@ pub fn start(flags: &OtlpFlags) -> Result<bool, CliError> {
         .with_location(false)
         .with_threads(false)
         .with_tracked_inactivity(false)
+        .with_target(false)
         .with_filter(tracing_subscriber::filter::Targets::new().with_target("reins", tracing::Level::INFO));
     let subscriber = tracing_subscriber::registry().with(layer);
     if tracing::subscriber::set_global_default(subscriber).is_err() {

@@ -294,3 +294,97 @@ async fn sigterm_mid_run_still_flushes_the_spans_of_the_aborted_run() {
     assert!(attr(tool, "error.type").is_some(), "{tool:#?}");
     one(&got, "chat script");
 }
+
+/// The receiver process (`tests/otlp/receiver.py`): its ports, the file it writes, and the process.
+struct Receiver {
+    child: std::process::Child,
+    grpc: u16,
+    http: u16,
+    file: std::path::PathBuf,
+}
+
+impl Receiver {
+    fn start(dir: &Dir) -> Receiver {
+        use std::io::BufRead as _;
+        let file = dir.0.join("received.jsonl");
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/otlp/receiver.py");
+        let mut child = Command::new(common::otlp_python())
+            .arg(&script)
+            .arg(&file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let ports: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("the receiver said {line:?}: {e}"));
+        let port = |k: &str| u16::try_from(ports[k].as_u64().unwrap()).unwrap();
+        Receiver { grpc: port("grpc"), http: port("http"), file, child }
+    }
+
+    /// What it received (every span of a run is there once `reins` has exited: its flush waited for the answer).
+    fn spans(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(&self.file).unwrap_or_default();
+        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_real_receiver_process_gets_the_spans_over_grpc_and_http() {
+    let dir = Dir::new("otlp-receiver");
+    let args = setup(&dir);
+    let receiver = Receiver::start(&dir);
+    let http = format!("http://127.0.0.1:{}", receiver.http);
+    let grpc = format!("http://127.0.0.1:{}", receiver.grpc);
+    let mut by_http = run_cmd(&args, &["--json", "--otlp", &http]);
+    by_http.env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf");
+    let mut by_grpc = run_cmd(&args, &["--json"]);
+    by_grpc
+        .env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &grpc)
+        .env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")
+        .env("OTEL_SERVICE_NAME", "my-agents");
+    for mut cmd in [by_http, by_grpc] {
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    }
+    let spans = receiver.spans();
+    for (protocol, service) in [("http", "reins"), ("grpc", "my-agents")] {
+        let got: Vec<&Value> = spans.iter().filter(|s| s["protocol"] == protocol).collect();
+        let mut names: Vec<&str> = got.iter().map(|s| s["name"].as_str().unwrap()).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            ["chat script", "chat script", "execute_tool read_file", "execute_tool read_file", "invoke_agent"],
+            "{protocol}"
+        );
+        let run = got.iter().find(|s| s["name"] == "invoke_agent").unwrap();
+        assert_eq!(run["parent_span_id"], "", "{protocol}");
+        assert_eq!(run["resource"]["service.name"], service, "{protocol}");
+        assert_eq!(run["resource"]["service.version"], env!("CARGO_PKG_VERSION"));
+        assert_eq!(run["scope"], "reins");
+        assert_eq!(run["attributes"]["gen_ai.operation.name"], "invoke_agent");
+        assert_eq!(run["attributes"]["gen_ai.usage.input_tokens"], 4000, "an integer, not text");
+        assert!((run["attributes"]["reins.cost_usd"].as_f64().unwrap() - 0.011).abs() < 1e-9);
+        for s in got.iter().filter(|s| s["name"] != "invoke_agent") {
+            assert_eq!(s["trace_id"], run["trace_id"]);
+            assert_eq!(s["parent_span_id"], run["span_id"], "{protocol}: {s}");
+        }
+        let chat = got.iter().find(|s| s["name"] == "chat script" && s["attributes"]["reins.step"] == 1).unwrap();
+        assert_eq!(chat["kind"], 3, "SPAN_KIND_CLIENT");
+        assert_eq!(chat["attributes"]["gen_ai.response.finish_reasons"], json!(["tool_call"]));
+        let failed = got.iter().find(|s| s["attributes"]["gen_ai.tool.call.id"] == "c2").unwrap();
+        assert_eq!(failed["attributes"]["error.type"], "tool_error");
+        assert_eq!(failed["status"]["code"], 2, "STATUS_CODE_ERROR");
+        assert!(got.iter().all(|s| s["attributes"].get("gen_ai.input.messages").is_none()));
+        assert!(got.iter().all(|s| s["attributes"].get("target").is_none()));
+    }
+}

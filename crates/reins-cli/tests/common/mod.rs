@@ -109,3 +109,28 @@ pub fn python() -> PathBuf {
     );
     py
 }
+
+/// The Python with `grpcio` and `opentelemetry-proto` that the OTLP receiver process runs under
+/// (`$REINS_OTLP_PYTHON`, else the CI cache's venv); on a fresh machine it is installed the way CI does, by
+/// `.ci/setup-otlp.sh` (once per test process).
+pub fn otlp_python() -> PathBuf {
+    static SETUP: std::sync::Once = std::sync::Once::new();
+    let cache = std::env::var_os("REINS_CI_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/reins-ci"));
+    let py =
+        std::env::var_os("REINS_OTLP_PYTHON").map(PathBuf::from).unwrap_or_else(|| cache.join("otlp/venv/bin/python"));
+    if !py.is_file() {
+        SETUP.call_once(|| {
+            let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+            let _ = Command::new("bash").arg("-c").arg("source .ci/setup-otlp.sh >&2").current_dir(root).status();
+        });
+    }
+    assert!(
+        py.is_file(),
+        "the OTLP receiver's Python packages are not installed ({} is missing): run `source .ci/setup-otlp.sh` from \
+         the repository root first",
+        py.display()
+    );
+    py
+}

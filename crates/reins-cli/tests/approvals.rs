@@ -402,3 +402,59 @@ fn a_stop_hook_sends_the_model_back_once() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("hooks[0].command"), "{}", stderr(&out));
 }
+
+/// `reins replay ID` over the recorded store, with live tools or `--no-tools`.
+fn replay(dir: &Dir, id: &str, no_tools: bool) -> Output {
+    let mut c = reins();
+    c.args(["replay", id, "--store"]).arg(dir.store());
+    if no_tools {
+        c.arg("--no-tools");
+    }
+    c.output().unwrap()
+}
+
+/// A session with approvals replays: the calls that were asked about are asked about again and answered
+/// with the recorded decisions (approve, deny), and a run that continued a waiting batch starts from it.
+#[test]
+fn a_session_with_approvals_replays_identically() {
+    for deny in [false, true] {
+        let (dir, ws) = setup(if deny { "replay-deny" } else { "replay-approve" });
+        let id = waiting_run(&dir, &ws);
+        let decide: &[&str] = if deny { &["--call", "c1", "--deny", "not today"] } else { &["--all"] };
+        let (out, o) = reins_cmd(&dir, &ws, &[&["approve", &id][..], decide].concat(), &done(), &[]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert_eq!(o["status"], "completed");
+        for no_tools in [true, false] {
+            let out = replay(&dir, &id, no_tools);
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(out.status.code(), Some(0), "deny={deny} no_tools={no_tools}: {text}\n{}", stderr(&out));
+            assert!(text.contains("IDENTICAL") || text.contains("identical"), "{text}");
+        }
+    }
+}
+
+/// A session still waiting replays as waiting: the replayed run asks and ends `awaiting_approval` too.
+#[test]
+fn a_session_still_waiting_replays_as_waiting() {
+    let (dir, ws) = setup("replay-waiting");
+    let id = waiting_run(&dir, &ws);
+    let out = replay(&dir, &id, true);
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+}
+
+/// An edit is replayed with the recorded arguments (the session log holds them): with the recorded results,
+/// the replayed run puts the same note before the result.
+#[test]
+fn a_session_with_an_edited_call_replays_identically_with_the_recorded_results() {
+    let (dir, ws) = setup("replay-edit");
+    let script = json!([{"content": "", "tool_calls": [
+        {"id": "w1", "name": "write_file", "arguments": {"path": "a.txt", "content": "from the model"}}]}]);
+    let (out, o) = reins_cmd(&dir, &ws, &["run", "go"], &script, &["--approve", "writes"]);
+    assert_eq!(out.status.code(), Some(14), "{}", stderr(&out));
+    let id = o["session_id"].as_str().unwrap().to_owned();
+    let edit = r#"w1={"path": "b.txt", "content": "edited"}"#;
+    let (out, _) = reins_cmd(&dir, &ws, &["approve", &id, "--edit", edit], &done(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = replay(&dir, &id, true);
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+}

@@ -2,14 +2,17 @@
 //! a [`ScriptedModel`]; the tools either run for real (the caller's registry, typically rooted in a
 //! scratch copy of the workspace) or answer with their recorded results. The first point where the tool
 //! calls, the results, the transcript or the outcome differ is reported. Compactions are replayed from the
-//! recorded summary items: the same summaries (or the same fallback markers) at the same points.
+//! recorded summary items: the same summaries (or the same fallback markers) at the same points. Approvals are
+//! replayed from the recorded events: the calls a run asked about are asked about again, answered with the
+//! decisions it recorded, and a run that continued a waiting batch starts from that batch.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use reins::{
-    Agent, ContextConfig, FnTool, Limits, Message, ModelError, Outcome, Registry, RunState, ScriptStep, ScriptedModel,
-    Tool, ToolError, ToolOutput,
+    Agent, ApprovalDecision, ApprovalError, ApprovalRequest, Approver, ContextConfig, Decision, FnTool, Limits,
+    Message, ModelError, Outcome, PendingCall, Registry, RunState, ScriptStep, ScriptedModel, Tool, ToolCall,
+    ToolError, ToolOutput, Verdict,
 };
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
@@ -104,7 +107,13 @@ fn recorded_tools(run: &RunRecord, messages: &[Message]) -> Result<Registry, Sto
     let mut results: HashMap<String, (String, bool)> = HashMap::new();
     for m in messages {
         if let Message::ToolResult(r) = m {
-            results.insert(r.call_id.clone(), (r.content.clone(), r.is_error));
+            // The note the run put before the result of a call whose arguments a hook or an approver changed
+            // is put there again by the replayed run: the tool answers what came after it.
+            let content = match r.content.strip_prefix("[the arguments were changed by ") {
+                Some(rest) => rest.split_once("]\n").map_or(r.content.as_str(), |(_, after)| after),
+                None => r.content.as_str(),
+            };
+            results.insert(r.call_id.clone(), (content.to_owned(), r.is_error));
         }
     }
     let results = Arc::new(results);
@@ -127,6 +136,82 @@ fn recorded_tools(run: &RunRecord, messages: &[Message]) -> Result<Registry, Sto
         session: String::new(),
         detail: format!("the recorded tools cannot be rebuilt: {e}"),
     })
+}
+
+/// What a run recorded of its approvals: the calls it asked about (by call id and arguments hash, with the
+/// reason) and the decisions applied, in order.
+#[derive(Default)]
+struct RecordedApprovals {
+    asked: HashMap<(String, String), String>,
+    decided: Vec<ApprovalDecision>,
+}
+
+fn recorded_approvals(session: &Session, run: u64) -> Result<RecordedApprovals, StoreError> {
+    let mut out = RecordedApprovals::default();
+    let events =
+        session.entries.iter().filter(|e| e.run == run && e.kind == crate::session::kind::EVENT).map(|e| &e.data);
+    // A sub-agent's events are its own run's: its approvals are not the parent's.
+    for data in events.filter(|d| d.get("agent").is_none()) {
+        let text = |v: &serde_json::Value, k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or_default().to_owned();
+        match data.get("type").and_then(|t| t.as_str()) {
+            Some("approval_requested") => {
+                for call in data.get("calls").and_then(|c| c.as_array()).into_iter().flatten() {
+                    out.asked.insert((text(call, "call_id"), text(call, "arguments_hash")), text(call, "reason"));
+                }
+            }
+            Some("approval_decided") => {
+                let call_id = text(data, "call_id");
+                let verdict = match data.get("decision").and_then(|d| d.as_str()) {
+                    Some("approve") => Verdict::Approve,
+                    Some("deny") => Verdict::Deny { reason: text(data, "reason") },
+                    Some("edit") => match data.get("arguments") {
+                        Some(arguments) => Verdict::Edit { arguments: arguments.clone() },
+                        None => {
+                            return Err(StoreError::Resume {
+                                session: session.id().to_owned(),
+                                detail: format!(
+                                    "run {run} edited the arguments of call {call_id:?}, and the edit was recorded without its arguments (record with content opted in to replay it)"
+                                ),
+                            });
+                        }
+                    },
+                    other => {
+                        return Err(StoreError::Resume {
+                            session: session.id().to_owned(),
+                            detail: format!("run {run} recorded an unknown decision {other:?} for call {call_id:?}"),
+                        });
+                    }
+                };
+                out.decided.push(ApprovalDecision { call_id, arguments_hash: text(data, "arguments_hash"), verdict });
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// Answers each batch of a replayed run with the recorded decisions for its calls (each used once); a batch
+/// the recording left undecided is left undecided again (the run ends `awaiting_approval`).
+struct RecordedDecisions(std::sync::Mutex<Vec<ApprovalDecision>>);
+
+#[async_trait::async_trait]
+impl Approver for RecordedDecisions {
+    async fn decide(
+        &self,
+        request: &ApprovalRequest,
+        _: &CancellationToken,
+    ) -> Result<Vec<ApprovalDecision>, ApprovalError> {
+        let Ok(mut left) = self.0.lock() else { return Ok(Vec::new()) };
+        let mut out = Vec::new();
+        for call in &request.calls {
+            if let Some(i) =
+                left.iter().position(|d| d.call_id == call.call_id && d.arguments_hash == call.arguments_hash)
+            {
+                out.push(left.remove(i));
+            }
+        }
+        Ok(out)
+    }
 }
 
 fn json<T: Serialize>(v: &T) -> serde_json::Value {
@@ -227,22 +312,49 @@ pub async fn replay_runs(
             ReplayTools::Recorded => Arc::new(recorded_tools(run, &messages)?),
         };
         let limits = Limits { timeout: None, ..run.start.limits.clone() };
-        let state = RunState::resume(
-            uuid::Uuid::new_v4().to_string(),
-            messages[..start].to_vec(),
-            limits,
-            &context,
-            INTERRUPTED,
-        )
+        // A run that continued a batch waiting for an approval starts from that batch, as `reins approve`
+        // (or a resume) did.
+        let waiting = k
+            .checked_sub(1)
+            .and_then(|p| runs[p].end.as_ref())
+            .filter(|end| end.get("status").and_then(|s| s.as_str()) == Some("awaiting_approval"))
+            .and_then(|end| end.get("pending").cloned())
+            .map(serde_json::from_value::<Vec<PendingCall>>)
+            .transpose()
+            .map_err(|e| StoreError::Resume {
+                session: session.id().to_owned(),
+                detail: format!("the waiting batch of run {} is damaged: {e}", run.number - 1),
+            })?
+            .filter(|p| !p.is_empty());
+        let run_id = uuid::Uuid::new_v4().to_string();
+        let state = match waiting {
+            Some(pending) => RunState::resume_pending(run_id, messages[..start].to_vec(), pending, limits, &context),
+            None => RunState::resume(run_id, messages[..start].to_vec(), limits, &context, INTERRUPTED),
+        }
         .map_err(|e| StoreError::Resume { session: session.id().to_owned(), detail: e.to_string() })?
         .with_instructions(run.start.instructions.as_deref().map(Into::into), &context);
+        let approvals = recorded_approvals(session, run.number)?;
         let model = ScriptedModel::new(script(&run.responses)).without_recording();
         let summarizer = ScriptedModel::new(summaries(&messages[start..end])).without_recording();
-        let agent = Agent::builder(model)
+        let mut builder = Agent::builder(model)
             .compact_model(Arc::new(summarizer))
             .registry(registry)
             .context(context.clone())
-            .limits(state.limits().clone())
+            .limits(state.limits().clone());
+        // The calls the recording asked about are asked about again, and answered as they were.
+        if !approvals.asked.is_empty() {
+            let asked = approvals.asked;
+            builder = builder.policy(move |call: &ToolCall| {
+                match asked.get(&(call.id.clone(), reins::arguments_hash(&call.arguments))) {
+                    Some(reason) => Decision::Ask(reason.clone()),
+                    None => Decision::Allow,
+                }
+            });
+        }
+        if !approvals.decided.is_empty() {
+            builder = builder.approver(Arc::new(RecordedDecisions(std::sync::Mutex::new(approvals.decided))));
+        }
+        let agent = builder
             .build()
             .map_err(|e| StoreError::Resume { session: session.id().to_owned(), detail: e.to_string() })?;
         let outcome = agent.drive(state, CancellationToken::new()).await;

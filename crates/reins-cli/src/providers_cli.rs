@@ -1,6 +1,7 @@
 //! Real model providers on `reins run`: `--model openai:MODEL` (Responses API), `openai-chat:MODEL` (Chat
 //! Completions, any compatible server) and `anthropic:MODEL` (Messages), with `--base-url`,
-//! `--max-response-tokens` (keys of the agent definition: `reins-agent` builds the provider) and `--stream`
+//! `--max-response-tokens`, `--reasoning-effort`, `--thinking-budget` (keys of the agent definition: `reins-agent`
+//! builds the provider) and `--stream`
 //! (deltas on stderr); the cost line under the summary (the core computes `cost_usd`).
 
 use std::io::IsTerminal;

@@ -19,6 +19,10 @@
 //! ```
 //!
 //! [`model_info`] knows the context window and price of common models, [`cost`] prices a run's usage.
+//! Reasoning is kept across turns: a response's reasoning items (Anthropic signed `thinking` and
+//! `redacted_thinking`, Responses `reasoning` items with `encrypted_content`) are recorded with its turn and sent
+//! back, unchanged and in order, by the adapter of the same API only ([`ProviderBuilder::thinking_budget`],
+//! [`ProviderBuilder::reasoning_effort`], [`check_reasoning`]).
 
 pub mod anthropic;
 mod media;

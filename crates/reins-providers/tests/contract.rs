@@ -124,12 +124,61 @@ async fn capture(out: &std::path::Path) {
     }
 }
 
+/// A history whose assistant turns carry reasoning items of both APIs (as the fixtures give them), sent with
+/// reasoning on: each adapter's body, its own items sent back and the other's dropped, must match the SDK types.
+async fn capture_reasoning(out: &std::path::Path) {
+    let block = |file: &str| serde_json::from_str::<serde_json::Value>(&fixture(file)).unwrap();
+    let anthropic = block("anthropic/thinking.json")["content"].as_array().unwrap()[..2].to_vec();
+    let responses = block("openai_responses/reasoning.json")["output"][0].clone();
+    let mut turn = Message::assistant("", vec![ToolCall::new("call_1", "get_weather", json!({"city": "Paris"}))]);
+    if let Message::Assistant { reasoning, .. } = &mut turn {
+        reasoning.extend(anthropic.into_iter().map(|b| reins::Reasoning::new("anthropic", b)));
+        reasoning.push(reins::Reasoning::new("openai", responses));
+    }
+    let request = ModelRequest {
+        instructions: Some(INSTRUCTIONS.into()),
+        messages: Conversation::from_messages(vec![
+            Message::user("Weather in Paris?"),
+            turn,
+            Message::tool_result("call_1", "18°C", false),
+        ]),
+        tools: tools(),
+    };
+    for api in [Api::OpenAiResponses, Api::OpenAiChat, Api::Anthropic] {
+        for stream in [false, true] {
+            let reply = if stream {
+                Reply::sse_text(&fixture(&format!("{}/text.sse", dir(api))), 4096)
+            } else {
+                Reply::json(200, fixture(&format!("{}/text.json", dir(api))))
+            };
+            let server = Server::start(vec![reply]).await;
+            let base = if api == Api::Anthropic { server.url("") } else { server.url("/v1") };
+            let b = Provider::builder(api, if api == Api::Anthropic { "claude-sonnet-4-5" } else { "o4-mini" })
+                .base_url(base)
+                .api_key(Some("sk-test".into()))
+                .stream(stream);
+            let b = match api {
+                Api::Anthropic => b.thinking_budget(2048).max_output_tokens(4096),
+                _ => b.reasoning_effort(reins_providers::ReasoningEffort::Medium),
+            };
+            b.build().unwrap().generate(&request, &CancellationToken::new()).await.unwrap();
+            let body = &server.requests()[0].body;
+            let text = String::from_utf8_lossy(body);
+            assert_eq!(text.contains("redacted_thinking"), api == Api::Anthropic, "{api:?}: {text}");
+            assert_eq!(text.contains("encrypted_content"), api == Api::OpenAiResponses, "{api:?}: {text}");
+            let file = out.join(dir(api)).join(format!("reasoning-{}.json", if stream { "stream" } else { "plain" }));
+            std::fs::write(file, body).unwrap();
+        }
+    }
+}
+
 #[tokio::test]
 async fn request_bodies_and_fixtures_match_the_official_sdk_types() {
     let python = sdk_python();
     let out = std::env::temp_dir().join(format!("reins-contract-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     capture(&out).await;
+    capture_reasoning(&out).await;
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests");
     let result = std::process::Command::new(&python)
         .arg(root.join("contract/check_contract.py"))
@@ -143,9 +192,12 @@ async fn request_bodies_and_fixtures_match_the_official_sdk_types() {
     let stderr = String::from_utf8_lossy(&result.stderr);
     let _ = std::fs::remove_dir_all(&out);
     assert!(result.status.success(), "the contract check failed:\n{stdout}\n{stderr}");
-    // 3 APIs × 16 request variants, plus every fixture file.
+    // 3 APIs × 16 request variants and 2 with reasoning, plus every fixture file.
     let ok = stdout.lines().filter(|l| l.starts_with("ok   request")).count();
-    assert_eq!(ok, 48, "{stdout}");
+    assert_eq!(ok, 54, "{stdout}");
+    for f in ["anthropic/thinking.sse", "openai_responses/reasoning.sse"] {
+        assert!(stdout.lines().any(|l| l.starts_with(&format!("ok   stream {f}"))), "{stdout}");
+    }
     assert!(stdout.lines().any(|l| l.starts_with("ok   stream anthropic/tools.sse")), "{stdout}");
 }
 

@@ -17,6 +17,8 @@ const KEYS: &[(&str, &str, &str)] = &[
     ("provider", "tool_choice", r#""tool:echo""#),
     ("provider", "stream", r#"false"#),
     ("provider", "prompt_cache", r#"false"#),
+    ("provider", "reasoning_effort", r#""low""#),
+    ("provider", "thinking_budget", r#"2048"#),
     ("provider", "chat_max_tokens_field", r#""max_tokens""#),
     ("provider", "idle_timeout", r#""1m""#),
     ("provider", "max_retries", r#"0"#),

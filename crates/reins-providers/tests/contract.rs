@@ -143,6 +143,7 @@ async fn capture_reasoning(out: &std::path::Path) {
             Message::tool_result("call_1", "18°C", false),
         ]),
         tools: tools(),
+        cache_key: Some("ses_7Qm2xv".into()),
     };
     for api in [Api::OpenAiResponses, Api::OpenAiChat, Api::Anthropic] {
         for stream in [false, true] {

@@ -244,6 +244,194 @@ mod tests {
         assert!(check_reasoning(&s).is_ok());
     }
 
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use crate::sse::SseEvent;
+    use crate::wire::Emit;
+
+    fn event(data: Value) -> SseEvent {
+        SseEvent { event: data["type"].as_str().unwrap_or("").to_owned(), data: data.to_string() }
+    }
+
+    /// An Anthropic content block: signed or unsigned thinking, redacted thinking, text, a tool call.
+    fn anthropic_block() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            ("\\PC{0,16}", "[A-Za-z0-9+/=]{0,12}")
+                .prop_map(|(t, s)| json!({"type": "thinking", "thinking": t, "signature": s})),
+            "[A-Za-z0-9+/=]{1,16}".prop_map(|d| json!({"type": "redacted_thinking", "data": d})),
+            "\\PC{0,10}".prop_map(|t| json!({"type": "text", "text": t})),
+            "[a-z]{1,6}".prop_map(|id| json!({"type": "tool_use", "id": id, "name": "f", "input": {"a": id}})),
+        ]
+    }
+
+    /// The blocks as the API streams them, each text cut at `cut` (a fraction of its length).
+    fn anthropic_events(blocks: &[Value], cut: f64) -> Vec<SseEvent> {
+        let split = |t: &str| {
+            let mut at = (t.len() as f64 * cut) as usize;
+            while !t.is_char_boundary(at) {
+                at -= 1;
+            }
+            (t[..at].to_owned(), t[at..].to_owned())
+        };
+        let mut out = vec![event(json!({"type": "message_start", "message": {"usage": {"input_tokens": 1}}}))];
+        for (index, b) in blocks.iter().enumerate() {
+            let start = |c: Value| event(json!({"type": "content_block_start", "index": index, "content_block": c}));
+            let delta = |d: Value| event(json!({"type": "content_block_delta", "index": index, "delta": d}));
+            match b["type"].as_str().unwrap_or("") {
+                "thinking" => {
+                    let (a, z) = split(b["thinking"].as_str().unwrap_or(""));
+                    out.push(start(json!({"type": "thinking", "thinking": "", "signature": ""})));
+                    out.push(delta(json!({"type": "thinking_delta", "thinking": a})));
+                    out.push(delta(json!({"type": "thinking_delta", "thinking": z})));
+                    out.push(delta(json!({"type": "signature_delta", "signature": b["signature"]})));
+                }
+                "text" => {
+                    let (a, z) = split(b["text"].as_str().unwrap_or(""));
+                    out.push(start(json!({"type": "text", "text": ""})));
+                    out.push(delta(json!({"type": "text_delta", "text": a})));
+                    out.push(delta(json!({"type": "text_delta", "text": z})));
+                }
+                "tool_use" => {
+                    out.push(start(json!({"type": "tool_use", "id": b["id"], "name": "f", "input": {}})));
+                    out.push(delta(json!({"type": "input_json_delta", "partial_json": b["input"].to_string()})));
+                }
+                _ => out.push(start(b.clone())),
+            }
+            out.push(event(json!({"type": "content_block_stop", "index": index})));
+        }
+        out.push(event(json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}})));
+        out.push(event(json!({"type": "message_stop"})));
+        out
+    }
+
+    /// A Responses output item: a reasoning item with or without encrypted content, a call, a message.
+    fn responses_item() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            ("[a-z0-9]{1,6}", "\\PC{0,12}", prop::option::of("[A-Za-z0-9=]{1,16}")).prop_map(|(id, t, e)| {
+                let mut v = json!({"type": "reasoning", "id": format!("rs_{id}"),
+                                   "summary": [{"type": "summary_text", "text": t}]});
+                if let Some(e) = e {
+                    v["encrypted_content"] = e.into();
+                }
+                v
+            }),
+            "[a-z]{1,6}".prop_map(|id| json!({"type": "function_call", "id": format!("fc_{id}"), "call_id": id,
+                                               "name": "f", "arguments": "{}"})),
+            "\\PC{0,10}".prop_map(|t| json!({"type": "message", "id": "m", "role": "assistant",
+                                                "content": [{"type": "output_text", "text": t}]})),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// Whole or streamed (any cut of the deltas), an Anthropic response gives the same reasoning items:
+        /// each redacted block and each signed thinking block, whole and in order; unsigned thinking is not kept.
+        #[test]
+        fn anthropic_reasoning_is_the_same_whole_and_streamed(
+            blocks in prop::collection::vec(anthropic_block(), 0..6),
+            cut in 0.0f64..1.0,
+        ) {
+            let whole = crate::anthropic::parse(&json!({"content": blocks, "stop_reason": "end_turn"})).unwrap();
+            let mut stream = crate::anthropic::Stream::default();
+            let mut emit = Emit::new(None);
+            for ev in anthropic_events(&blocks, cut) {
+                stream.on_event(&ev, &mut emit).unwrap();
+            }
+            let streamed = stream.finish().unwrap();
+            let want: Vec<Reasoning> = blocks
+                .iter()
+                .filter(|b| b["type"] == "redacted_thinking" || b["signature"].as_str().is_some_and(|s| !s.is_empty()))
+                .map(|b| Reasoning::new("anthropic", b.clone()))
+                .collect();
+            prop_assert_eq!(&whole.reasoning_items, &want);
+            prop_assert_eq!(&streamed.reasoning_items, &want);
+            prop_assert_eq!(&streamed.text, &whole.text);
+        }
+
+        /// Whole or streamed (items from `response.output_item.done`, the final output empty), a Responses
+        /// response keeps exactly its reasoning items that carry encrypted content, verbatim and in order.
+        #[test]
+        fn responses_reasoning_is_the_same_whole_and_streamed(items in prop::collection::vec(responses_item(), 0..6)) {
+            let response = json!({"status": "completed", "output": items});
+            let whole = crate::openai_responses::parse(&response).unwrap();
+            let mut stream = crate::openai_responses::Stream::default();
+            let mut emit = Emit::new(None);
+            for (i, item) in items.iter().enumerate() {
+                let done = json!({"type": "response.output_item.done", "output_index": i, "item": item});
+                stream.on_event(&event(done), &mut emit).unwrap();
+            }
+            let end = json!({"type": "response.completed", "response": {"status": "completed", "output": []}});
+            prop_assert!(stream.on_event(&event(end), &mut emit).unwrap());
+            let streamed = stream.finish().unwrap();
+            let want: Vec<Reasoning> = items
+                .iter()
+                .filter(|i| i.get("encrypted_content").is_some())
+                .map(|i| Reasoning::new("openai", i.clone()))
+                .collect();
+            prop_assert_eq!(&whole.reasoning_items, &want);
+            prop_assert_eq!(&streamed.reasoning_items, &want);
+        }
+    }
+
+    /// A stream event of any known type (and an unknown one) about any block, with any delta: what a broken or
+    /// hostile server may send.
+    fn any_event() -> impl Strategy<Value = SseEvent> {
+        let types = prop::sample::select(vec![
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop",
+            "response.output_item.added",
+            "response.output_item.done",
+            "response.reasoning_summary_text.delta",
+            "response.completed",
+            "future",
+        ]);
+        let blocks = prop::sample::select(vec!["thinking", "redacted_thinking", "text", "tool_use", "reasoning", "x"]);
+        let deltas = prop::sample::select(vec!["thinking_delta", "signature_delta", "text_delta", "input_json_delta"]);
+        (types, blocks, deltas, 0u64..3, "\\PC{0,6}", any::<bool>()).prop_map(|(t, b, d, index, text, encrypted)| {
+            let mut block = json!({"type": b, "thinking": text, "signature": text, "data": text, "id": text,
+                                   "name": text, "text": text, "summary": [{"type": "summary_text", "text": text}]});
+            if encrypted {
+                block["encrypted_content"] = text.clone().into();
+            }
+            event(json!({"type": t, "index": index, "output_index": index, "content_block": block, "item": block,
+                         "delta": {"type": d, "thinking": text, "signature": text, "text": text, "partial_json": text},
+                         "response": {"status": "completed", "output": []}}))
+        })
+    }
+
+    proptest! {
+        /// Any sequence of events: an error or a response, never a panic; every kept item is one the API could
+        /// take back (redacted thinking, signed thinking, or a reasoning item with encrypted content).
+        #[test]
+        fn any_events_never_panic_the_stream_assemblers(events in prop::collection::vec(any_event(), 0..12)) {
+            let mut a = crate::anthropic::Stream::default();
+            let mut r = crate::openai_responses::Stream::default();
+            let mut emit = Emit::new(None);
+            for ev in &events {
+                let _ = a.on_event(ev, &mut emit);
+                let _ = r.on_event(ev, &mut emit);
+            }
+            for response in [a.finish(), r.finish()].into_iter().flatten() {
+                for item in &response.reasoning_items {
+                    let i = &item.item;
+                    let ok = match i["type"].as_str() {
+                        Some("redacted_thinking") => true,
+                        Some("thinking") => i["signature"].as_str().is_some_and(|s| !s.is_empty()),
+                        Some("reasoning") => i["encrypted_content"].as_str().is_some_and(|s| !s.is_empty()),
+                        _ => false,
+                    };
+                    prop_assert!(ok, "{}", i);
+                }
+            }
+        }
+    }
+
     #[test]
     fn efforts_round_trip() {
         for e in [ReasoningEffort::Low, ReasoningEffort::Medium, ReasoningEffort::High] {

@@ -204,11 +204,44 @@ pub fn on_terminal() -> bool {
 }
 
 /// Asks on the terminal, call by call: `y` approve, `n [REASON]` deny (the reason is asked for when not
-/// given), `a` approve this call and every later call of the same tool in this run, `e` edit the arguments
-/// (a JSON object). End of input leaves the call undecided (the run then ends `awaiting_approval`).
-#[derive(Default)]
+/// given), `a` approve this call and every later call of the same tool in this run (in `reins chat`: this
+/// chat), `e` edit the arguments (a JSON object). End of input leaves the call undecided (the run then ends
+/// `awaiting_approval`).
 pub struct TerminalApprover {
     always: Mutex<HashSet<String>>,
+    answers: Arc<dyn Answers>,
+}
+
+impl Default for TerminalApprover {
+    fn default() -> Self {
+        Self::with_answers(Arc::new(StdinAnswers))
+    }
+}
+
+impl TerminalApprover {
+    /// An approver that reads its answers from `answers` (`reins chat`: its line editor).
+    pub fn with_answers(answers: Arc<dyn Answers>) -> Self {
+        Self { always: Mutex::new(HashSet::new()), answers }
+    }
+}
+
+/// Where the terminal approver gets its answers: one line after showing `prompt`, or `None` when there is
+/// none (the end of input; in `reins chat`, Ctrl-C at the question, which also cancels the turn).
+#[async_trait]
+pub trait Answers: Send + Sync {
+    /// The next line, trimmed.
+    async fn line(&self, prompt: &str) -> Option<String>;
+}
+
+/// Answers from standard input, the prompt on standard error.
+struct StdinAnswers;
+
+#[async_trait]
+impl Answers for StdinAnswers {
+    async fn line(&self, prompt: &str) -> Option<String> {
+        errln!("{prompt}");
+        read_line().await
+    }
 }
 
 /// One line from standard input (`None` at its end), read off the async runtime.
@@ -247,8 +280,8 @@ impl Approver for TerminalApprover {
             errln!("? {} {} {}", call.call_id, call.name, crate::render::preview(&call.arguments.to_string()));
             errln!("  {reason}");
             loop {
-                errln!("  [y]es / [n]o REASON / [a]lways for {} / [e]dit > ", call.name);
-                let Some(line) = read_line().await else { return Ok(out) };
+                let prompt = format!("  [y]es / [n]o REASON / [a]lways for {} / [e]dit > ", call.name);
+                let Some(line) = self.answers.line(&prompt).await else { return Ok(out) };
                 let (word, rest) = line.split_once(char::is_whitespace).unwrap_or((line.as_str(), ""));
                 match word {
                     "y" | "yes" => {
@@ -265,8 +298,7 @@ impl Approver for TerminalApprover {
                     "n" | "no" => {
                         let mut reason = rest.trim().to_owned();
                         while reason.is_empty() {
-                            errln!("  reason (the model gets it) > ");
-                            match read_line().await {
+                            match self.answers.line("  reason (the model gets it) > ").await {
                                 Some(r) => reason = r,
                                 None => return Ok(out),
                             }
@@ -275,8 +307,9 @@ impl Approver for TerminalApprover {
                         break;
                     }
                     "e" | "edit" => {
-                        errln!("  new arguments (one line of JSON) > ");
-                        let Some(json) = read_line().await else { return Ok(out) };
+                        let Some(json) = self.answers.line("  new arguments (one line of JSON) > ").await else {
+                            return Ok(out);
+                        };
                         match serde_json::from_str::<serde_json::Value>(&json) {
                             Ok(v) if v.is_object() => {
                                 out.push(ApprovalDecision::edit(call, v));

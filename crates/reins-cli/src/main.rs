@@ -38,6 +38,7 @@ macro_rules! errln {
 mod agent_cli;
 mod agents_cli;
 mod approve_cli;
+mod chat;
 mod demo;
 mod durable_cli;
 mod exit;
@@ -76,6 +77,11 @@ enum Command {
     /// Run an agent on a prompt.
     #[command(after_help = EXIT_CODES_HELP)]
     Run(Box<run::RunArgs>),
+    /// An interactive session on a terminal: a line editor, the model's text streamed, tool calls shown,
+    /// approvals asked inline (default --approve writes), /exit /cost /compact /resume ID /help. Every turn is
+    /// recorded in the session. Ctrl-C cancels the turn; Ctrl-D or /exit ends the chat.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Chat(Box<chat::ChatArgs>),
     /// Decide about the calls a session waits on (exit 14 of `reins run`) and continue its run.
     #[command(after_help = EXIT_CODES_HELP)]
     Approve(Box<approve_cli::ApproveArgs>),
@@ -132,6 +138,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Demo => demo::demo().await,
             Command::Run(args) => run::run(*args).await,
+            Command::Chat(args) => chat::chat(*args).await,
             Command::Approve(args) => approve_cli::approve(*args).await,
             Command::Sessions(args) => sessions_cli::sessions(args),
             Command::Replay(args) => sessions_cli::replay(args).await,

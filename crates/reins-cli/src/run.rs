@@ -127,6 +127,24 @@ pub fn build_err(e: reins_agent::BuildError) -> CliError {
     }
 }
 
+/// The builder of the agent of `parts`: its approver, and its journal in `store` (continuing `session`, else
+/// a new session). Shared by `reins run` and `reins chat` (which builds one for each turn).
+pub fn agent_builder(
+    parts: &reins_agent::Parts,
+    store: Option<&reins_store::Store>,
+    session: Option<&reins_store::Session>,
+    approver: Option<std::sync::Arc<dyn reins::Approver>>,
+) -> Result<reins::AgentBuilder, CliError> {
+    let mut builder = parts.builder().map_err(build_err)?;
+    if let Some(approver) = approver {
+        builder = builder.approver(approver);
+    }
+    if let Some(store) = store {
+        builder = builder.journal(parts.journal(store, session).map_err(build_err)?);
+    }
+    Ok(builder)
+}
+
 /// Builds the agent from its parts, with the observers of the flags and the session journal.
 fn build_agent(
     args: &RunArgs,
@@ -141,10 +159,7 @@ fn build_agent(
             parts.model = crate::providers_cli::streamed(parts.model.clone());
         }
     }
-    let mut builder = parts.builder().map_err(build_err)?;
-    if let Some(approver) = approver {
-        builder = builder.approver(approver);
-    }
+    let mut builder = agent_builder(&parts, store, session, approver)?;
     if args.json {
         builder = builder.observer(json_observer).include_content(args.events_content);
     } else {
@@ -152,10 +167,53 @@ fn build_agent(
     }
     // Spans carry content only when it is opted in (progress lines show it whatever the flag).
     builder = builder.trace_content(args.events_content);
-    if let Some(store) = store {
-        builder = builder.journal(parts.journal(store, session).map_err(build_err)?);
-    }
     builder.build().map_err(|e| usage(e.to_string()))
+}
+
+/// What `reins run` and `reins chat` start from: the store, the session `--resume` continues, the agent's
+/// parts and its started MCP servers (stop them with [`crate::mcp_cli::finish`]).
+pub struct Setup {
+    /// The session store (`None` with `--no-store`).
+    pub store: Option<reins_store::Store>,
+    /// The session continued.
+    pub session: Option<reins_store::Session>,
+    /// The agent's parts.
+    pub parts: reins_agent::Parts,
+    /// Its MCP servers, started.
+    pub mcp: Option<std::sync::Arc<reins_mcp::McpTools>>,
+}
+
+/// Opens the store, loads the session to continue, resolves the agent (the recorded one beneath the flags;
+/// `defaults` fills what no layer gave), starts its MCP servers — a cancellation of `cancel` meanwhile
+/// stops them and leaves none — and builds its parts, warning about what the person should know.
+pub async fn setup(
+    args: &RunArgs,
+    cancel: &CancellationToken,
+    defaults: impl FnOnce(&mut reins_agent::AgentDef),
+) -> Result<Setup, CliError> {
+    let store = crate::sessions_cli::run_store(&args.store)?;
+    let session = crate::sessions_cli::resumed(store.as_ref(), &args.store)?;
+    let recorded = match &session {
+        Some(s) => Some((s.id().to_owned(), crate::sessions_cli::session_agent(s)?)),
+        None => None,
+    };
+    let (mut resolved, before) =
+        crate::agent_cli::resolve(args, recorded.as_ref().map(|(id, d)| (id.as_str(), d.clone())))?;
+    defaults(&mut resolved.def);
+    if let (Some((id, _)), Some(before)) = (&recorded, &before) {
+        crate::agent_cli::report_overrides(id, before, &resolved);
+    }
+    // A signal during MCP start-up drops the servers started so far (their process groups are killed) and the
+    // run ends `aborted` at once, with its outcome and session written.
+    let mcp = tokio::select! {
+        started = resolved.def.start_mcp() => started.map_err(build_err)?,
+        () = cancel.cancelled() => None,
+    };
+    let parts = resolved.def.parts_with(mcp.clone()).map_err(build_err)?;
+    for note in &parts.notes {
+        errln!("reins: warning: {note}");
+    }
+    Ok(Setup { store, session, parts, mcp })
 }
 
 /// Writes the outcome as pretty JSON.
@@ -180,30 +238,10 @@ pub async fn run_with(args: RunArgs, given: Option<crate::approve_cli::Given>) -
     if !images.is_empty() && args.store.resume.is_some() {
         return Err(usage("--image starts a run: it cannot be given with --resume"));
     }
-    let store = crate::sessions_cli::run_store(&args.store)?;
-    let session = crate::sessions_cli::resumed(store.as_ref(), &args.store)?;
-    let recorded = match &session {
-        Some(s) => Some((s.id().to_owned(), crate::sessions_cli::session_agent(s)?)),
-        None => None,
-    };
-    let (resolved, before) =
-        crate::agent_cli::resolve(&args, recorded.as_ref().map(|(id, d)| (id.as_str(), d.clone())))?;
-    if let (Some((id, _)), Some(before)) = (&recorded, &before) {
-        crate::agent_cli::report_overrides(id, before, &resolved);
-    }
     crate::telemetry::start(&args.otlp)?;
     let cancel = CancellationToken::new();
     crate::signals::cancel_on_signals(cancel.clone(), "the run")?;
-    // A signal during MCP start-up drops the servers started so far (their process groups are killed) and the
-    // run below ends `aborted` at once, with its outcome and session written.
-    let mcp = tokio::select! {
-        started = resolved.def.start_mcp() => started.map_err(build_err)?,
-        () = cancel.cancelled() => None,
-    };
-    let parts = resolved.def.parts_with(mcp.clone()).map_err(build_err)?;
-    for note in &parts.notes {
-        errln!("reins: warning: {note}");
-    }
+    let Setup { store, session, parts, mcp } = setup(&args, &cancel, |_| {}).await?;
     let state = match &session {
         Some(s) => Some(
             s.resume_state(parts.limits.clone(), &parts.context, prompt.as_deref())

@@ -432,6 +432,66 @@ async fn a_resumed_transcript_keeps_its_compactions_and_the_view_they_make() {
     assert_eq!(now[last.len()..].len(), 2);
 }
 
+#[tokio::test]
+async fn a_compaction_on_request_summarizes_all_but_the_newest_group_and_ends_the_run() {
+    // A finished conversation of three turns, as a chat holds it between turns.
+    let c = &CharCounter;
+    let mut t = Transcript::new(TASK, c);
+    for (i, turn) in ["one", "two", "three"].iter().enumerate() {
+        if i > 0 {
+            t.push_user(*turn, c).unwrap();
+        }
+        t.push_assistant(format!("answer {turn}"), Vec::new(), c).unwrap();
+    }
+    let messages = t.to_vec();
+    let ctx = summarize_ctx(100_000);
+    // Refused where a summary would change nothing, or there is nothing to replace.
+    let mut drop = RunState::resume("r", messages.clone(), Limits::default(), &ContextConfig::default(), "x").unwrap();
+    assert!(drop.compact_now(&ContextConfig::default()).unwrap_err().contains("summarize"));
+    let mut short = RunState::resume("r", messages[..2].to_vec(), Limits::default(), &ctx, "x").unwrap();
+    assert!(short.compact_now(&ctx).unwrap_err().contains("nothing to compact"));
+
+    let mut state = RunState::resume("r", messages.clone(), Limits::default(), &ctx, "x").unwrap();
+    state.compact_now(&ctx).unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let model = FnModel::new(move |_: &ModelRequest| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        Ok(ModelResponse::text("never asked"))
+    });
+    let events = Events::default();
+    let agent = Agent::builder(model)
+        .compact_model(summarizer("the gist", Arc::clone(&log)))
+        .context(ctx.clone())
+        .observer(events.clone())
+        .build()
+        .unwrap();
+    let o = agent.drive(state, CancellationToken::new()).await;
+    is_status(&o, Status::Completed);
+    assert_eq!(o.answer, None);
+    assert_eq!((o.steps, o.compactions, calls.load(Ordering::SeqCst)), (0, 1, 0), "no model call but the summary");
+    // The summary replaces everything but the task and the newest group (a user message or an assistant turn
+    // with its results is a group: here the last answer).
+    let summary = o.messages.iter().position(|m| matches!(m, Message::Summary { .. })).unwrap();
+    assert_eq!(summary, messages.len());
+    assert!(matches!(&o.messages[summary], Message::Summary { content, replaces: 4 } if content.contains("the gist")));
+    let sent = log.lock().unwrap()[0].messages.to_vec();
+    assert!(sent[0].content().contains("[user]\nthree") && !sent[0].content().contains("answer three"));
+    let ended = events.0.lock().unwrap().iter().any(|e| matches!(e.kind, EventKind::CompactionEnd { fallback: None, .. }));
+    assert!(ended, "a compaction_end event with the summary");
+    // The next turn sees the task, the summary and the newest group, then its own message.
+    let ctx2 = ctx.clone();
+    let mut next = RunState::resume("r2", o.messages.clone(), Limits::default(), &ctx2, "x").unwrap();
+    next.push_user("four", &ctx2).unwrap();
+    let reins::Action::CallModel(req) = next.next_action(&reins::Registry::builder().build().unwrap(), &ctx2) else {
+        panic!("no model call")
+    };
+    let seen: Vec<String> = req.messages.to_vec().iter().map(|m| m.content().to_owned()).collect();
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    assert!(seen[1].contains("the gist") && seen[2] == "answer three" && seen[3] == "four", "{seen:?}");
+}
+
 #[test]
 fn a_summary_that_splits_a_group_or_leaves_the_older_summary_is_refused() {
     let c = &CharCounter;

@@ -236,6 +236,9 @@ pub struct RunState {
     /// The batch left waiting when the run ended `awaiting_approval`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     awaiting: Vec<crate::approval::PendingCall>,
+    /// A compaction on request ([`RunState::compact_now`]): the run ends once it is made.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    compact_only: bool,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -272,6 +275,7 @@ impl RunState {
             agents: BTreeMap::new(),
             phase: Phase::Ready,
             awaiting: Vec::new(),
+            compact_only: false,
         })
     }
 
@@ -326,6 +330,7 @@ impl RunState {
             agents: BTreeMap::new(),
             phase: Phase::Ready,
             awaiting: Vec::new(),
+            compact_only: false,
         })
     }
 
@@ -417,6 +422,31 @@ impl RunState {
     /// Adds a follow-up user message to a run that is ready for its next model call.
     pub fn push_user(&mut self, content: impl Into<String>, ctx: &ContextConfig) -> Result<(), TranscriptError> {
         self.transcript.push_user(content, ctx.counter.as_ref())
+    }
+
+    /// A compaction on request, whatever the threshold (for example between the turns of a chat): the next
+    /// action is the summary call replacing every item but the first message and the newest group, as
+    /// under the `summarize` strategy; once it is recorded the run ends `completed` with no answer (no model
+    /// call is made). Refused, with the reason, when the state is not ready for a model call, when the
+    /// context rules are not `summarize` under a budget (the summary would not change what the model is
+    /// sent), or when there is nothing to compact yet.
+    pub fn compact_now(&mut self, ctx: &ContextConfig) -> Result<(), String> {
+        if !matches!(self.phase, Phase::Ready) {
+            return Err("the run is not between two model calls".into());
+        }
+        if ctx.strategy != ContextStrategy::Summarize || ctx.max_context.is_none() {
+            return Err("compaction needs the summarize strategy and a context budget".into());
+        }
+        let upto = self
+            .transcript
+            .compaction_cut(0)
+            .filter(|&g| g > 1)
+            .ok_or_else(|| "there is nothing to compact yet".to_owned())?;
+        let fixed = self.instructions_size.saturating_add(self.tools_size.as_ref().map_or(0, |t| t.size));
+        let chars_before = fixed.saturating_add(self.transcript.view_size());
+        self.phase = Phase::Compacting { upto, chars_before };
+        self.compact_only = true;
+        Ok(())
     }
 
     /// The run's id.
@@ -751,6 +781,8 @@ impl RunState {
             self.end(Status::TokenLimit, None, Some(detail));
         } else if let Some(detail) = self.cost_limit_hit() {
             self.end(Status::CostLimit, None, Some(detail));
+        } else if self.compact_only {
+            self.end(Status::Completed, None, None);
         }
         Some(done)
     }
@@ -1206,6 +1238,7 @@ impl RunState {
             agents: BTreeMap::new(),
             phase: Phase::AwaitingTools { plans, assistant_size, edits },
             awaiting: Vec::new(),
+            compact_only: false,
         })
     }
 

@@ -1,0 +1,253 @@
+//! `reins chat` through a pseudo-terminal (rexpect: the chat is the session leader of a new pty, so Ctrl-C
+//! written to it is a real SIGINT from the terminal), with a scripted model: a conversation with an inline
+//! approval, a Ctrl-C that cancels only its turn, `/cost`, `/exit`, `/compact`, and SIGTERM mid-turn; then
+//! `reins sessions show` and `--resume` see every turn. (rexpect reads the terminal's bytes one char each:
+//! the needles are ASCII.)
+
+use std::path::Path;
+use std::process::Command;
+
+use rexpect::process::wait::WaitStatus;
+use rexpect::session::PtySession;
+use serde_json::{Value, json};
+
+mod common;
+use common::{Dir, reins};
+
+/// How long one expectation may wait (a loaded machine builds and starts things slowly).
+const WAIT_MS: u64 = 60_000;
+
+/// `reins chat` on a new pseudo-terminal, with the script, the workspace and the store of `dir`.
+fn chat(dir: &Dir, script: &Value, extra: &[&str]) -> PtySession {
+    let script_file = dir.file("script.json", &script.to_string());
+    let ws = dir.0.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mut c: Command = reins();
+    c.arg("chat")
+        .arg("--model")
+        .arg(format!("script:{}", script_file.display()))
+        .arg("--store")
+        .arg(dir.store())
+        .arg("--workspace")
+        .arg(&ws)
+        .args(["--test-tools", "--no-sandbox"])
+        .args(extra)
+        .env("TERM", "xterm")
+        .env_remove("NO_COLOR");
+    rexpect::session::spawn_with_options(
+        c,
+        rexpect::reader::Options::new().timeout_ms(Some(WAIT_MS)).strip_ansi_escape_codes(true),
+    )
+    .unwrap()
+}
+
+fn show(dir: &Dir, id: &str) -> Value {
+    let out = reins().args(["sessions", "show", id, "--json", "--store"]).arg(dir.store()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The session id the chat names when it ends.
+fn session_id(text: &str) -> String {
+    let marker = "this chat is session ";
+    let at = text.find(marker).unwrap_or_else(|| panic!("no session named in {text:?}"));
+    text[at + marker.len()..].chars().take_while(|c| c.is_ascii_hexdigit() || *c == '-').collect()
+}
+
+/// Every transcript item of a session, as (role, content).
+fn transcript(session: &Value) -> Vec<(String, String)> {
+    session["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "message")
+        .map(|e| {
+            let m = &e["data"];
+            (m["role"].as_str().unwrap_or_default().to_owned(), m["content"].as_str().unwrap_or_default().to_owned())
+        })
+        .collect()
+}
+
+fn runs(session: &Value) -> Vec<Value> {
+    session["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "run_end")
+        .map(|e| e["data"].clone())
+        .collect()
+}
+
+fn exit_code(p: &PtySession) -> i32 {
+    match p.process().wait().unwrap() {
+        WaitStatus::Exited(_, code) => code,
+        other => panic!("the chat did not exit: {other:?}"),
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+#[test]
+fn a_chat_asks_inline_survives_a_cancelled_turn_and_records_every_turn() {
+    let dir = Dir::new("chat-turns");
+    let script = json!([
+        {"content": "Writing it.", "tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "a.txt", "content": "hi"}}],
+         "usage": {"input_tokens": 10, "output_tokens": 3}},
+        {"content": "Wrote a.txt.", "usage": {"input_tokens": 20, "output_tokens": 4}},
+        {"content": "", "tool_calls": [{"id": "e1", "name": "echo", "arguments": {"text": "working"}}]},
+        {"delay_ms": 600000, "content": "never shown"},
+        {"content": "Third \u{1b}[2Janswer.", "usage": {"input_tokens": 30, "output_tokens": 5}}
+    ]);
+    let mut p = chat(&dir, &script, &[]);
+    p.exp_string("/help").unwrap();
+    // Turn 1: a write waits for a decision, asked inline; approved, it runs once.
+    p.send_line("please write a.txt").unwrap();
+    p.exp_string("Writing it.").unwrap();
+    p.exp_string("write_file").unwrap();
+    p.exp_string("[e]dit").unwrap();
+    p.send_line("y").unwrap();
+    p.exp_string(" write_file [ok]").unwrap();
+    p.exp_string("Wrote a.txt.").unwrap();
+    assert_eq!(read(&dir.0.join("ws/a.txt")), "hi");
+    // Turn 2: Ctrl-C while the model is thinking cancels this turn only.
+    p.exp_string("> ").unwrap();
+    p.send_line("now something slow").unwrap();
+    p.exp_string(" echo [ok]").unwrap();
+    p.send_control('c').unwrap();
+    p.exp_string("cancelling the turn").unwrap();
+    p.exp_string("aborted").unwrap();
+    p.exp_string("the conversation goes on").unwrap();
+    // Turn 3 works; the model's control sequences are shown, not sent.
+    p.exp_string("> ").unwrap();
+    p.send_line("and again, \\").unwrap();
+    p.exp_string(". ").unwrap();
+    p.send_line("on two lines").unwrap();
+    p.exp_string("Third \\x1b[2Janswer.").unwrap();
+    p.send_line("/cost").unwrap();
+    p.exp_string("this chat: 3 turn(s)").unwrap();
+    p.exp_string("60 in / 12 out tokens").unwrap();
+    p.exp_string("3 run(s)").unwrap();
+    p.send_line("/exit").unwrap();
+    let tail = p.exp_eof().unwrap();
+    assert_eq!(exit_code(&p), 0, "{tail}");
+    let id = session_id(&tail);
+
+    let session = show(&dir, &id);
+    assert_eq!(session["session"]["status"], "completed", "{session}");
+    let statuses: Vec<String> = runs(&session).iter().map(|r| r["status"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(statuses, ["completed", "aborted", "completed"]);
+    let items = transcript(&session);
+    let users: Vec<&str> = items.iter().filter(|(r, _)| r == "user").map(|(_, c)| c.as_str()).collect();
+    assert_eq!(users, ["please write a.txt", "now something slow", "and again, \non two lines"]);
+    assert!(items.iter().any(|(r, c)| r == "assistant" && c == "Wrote a.txt."), "{items:?}");
+    assert!(items.iter().any(|(r, c)| r == "assistant" && c == "Third \u{1b}[2Janswer."), "{items:?}");
+    // The approval is in the session log.
+    let decided = session["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["kind"] == "event" && e["data"]["type"] == "approval_decided" && e["data"]["call_id"] == "w1");
+    assert!(decided, "{session}");
+
+    // `reins run --resume` continues the same conversation: the model is sent every turn.
+    let next = dir.file("next.json", &json!([{"content": "Fourth."}]).to_string());
+    let out_file = dir.0.join("out.json");
+    let out = reins()
+        .args(["run", "--resume", &id, "--store"])
+        .arg(dir.store())
+        .arg("--model")
+        .arg(format!("script:{}", next.display()))
+        .arg("--output")
+        .arg(&out_file)
+        .arg("and four")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let outcome: Value = serde_json::from_str(&read(&out_file)).unwrap();
+    let contents: Vec<&str> =
+        outcome["messages"].as_array().unwrap().iter().filter_map(|m| m["content"].as_str()).collect();
+    for said in
+        ["please write a.txt", "Wrote a.txt.", "now something slow", "and again, \non two lines", "and four", "Fourth."]
+    {
+        assert!(contents.contains(&said), "{said:?} not in {contents:?}");
+    }
+
+    // `reins chat --resume ID` continues it too, and says where it stands.
+    let again = json!([{"content": "Fifth."}]);
+    let mut p = chat(&dir, &again, &["--resume", &id]);
+    p.exp_string(&format!("continuing session {id}")).unwrap();
+    p.exp_string("last answer: Fourth.").unwrap();
+    p.send_line("five").unwrap();
+    p.exp_string("Fifth.").unwrap();
+    p.exp_string("> ").unwrap();
+    p.send_control('d').unwrap();
+    p.exp_eof().unwrap();
+    assert_eq!(exit_code(&p), 0);
+    assert_eq!(runs(&show(&dir, &id)).len(), 5);
+}
+
+#[test]
+fn sigterm_mid_turn_ends_the_turn_aborted_and_the_chat() {
+    let dir = Dir::new("chat-term");
+    let script = json!([
+        {"content": "", "tool_calls": [{"id": "e1", "name": "echo", "arguments": {"text": "working"}}]},
+        {"delay_ms": 600000, "content": "never shown"}
+    ]);
+    let mut p = chat(&dir, &script, &[]);
+    p.exp_string("/help").unwrap();
+    p.send_line("go").unwrap();
+    p.exp_string(" echo [ok]").unwrap();
+    p.process_mut().signal(rexpect::process::signal::Signal::SIGTERM).unwrap();
+    p.exp_string("SIGTERM received").unwrap();
+    let tail = p.exp_eof().unwrap();
+    assert_eq!(exit_code(&p), 7, "{tail}");
+    let id = session_id(&tail);
+    let session = show(&dir, &id);
+    assert_eq!(session["session"]["status"], "aborted", "{session}");
+    assert_eq!(runs(&session).len(), 1);
+}
+
+#[test]
+fn compact_summarizes_the_conversation_in_the_session() {
+    let dir = Dir::new("chat-compact");
+    let script = json!([
+        {"content": "One."},
+        {"content": "Two."},
+        {"content": "A short summary."},
+        {"content": "Three."}
+    ]);
+    let mut p = chat(&dir, &script, &["--context-strategy", "summarize", "--max-context-chars", "100000"]);
+    p.exp_string("/help").unwrap();
+    p.send_line("/compact").unwrap();
+    p.exp_string("cannot compact: there is nothing to compact yet").unwrap();
+    p.send_line("first").unwrap();
+    p.exp_string("One.").unwrap();
+    p.send_line("second").unwrap();
+    p.exp_string("Two.").unwrap();
+    p.send_line("/compact").unwrap();
+    p.exp_string("compaction").unwrap();
+    p.exp_string("summarized").unwrap();
+    p.send_line("third").unwrap();
+    p.exp_string("Three.").unwrap();
+    p.send_line("/exit").unwrap();
+    let tail = p.exp_eof().unwrap();
+    assert_eq!(exit_code(&p), 0, "{tail}");
+    let session = show(&dir, &session_id(&tail));
+    let items = transcript(&session);
+    assert!(items.iter().any(|(r, c)| r == "summary" && c.contains("A short summary.")), "{items:?}");
+    assert_eq!(runs(&session).len(), 4);
+}
+
+#[test]
+fn without_a_terminal_chat_says_so() {
+    let out = reins()
+        .args(["chat", "--model", "script:/nonexistent.json"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs a terminal on standard input"), "{err}");
+}

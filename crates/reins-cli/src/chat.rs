@@ -106,7 +106,7 @@ async fn session_loop(
     started.store(true, Ordering::SeqCst);
     chat.greet();
     if chat.waits_for_approval() {
-        chat.turn(Ask::Continue, end, slot).await?;
+        chat.turn(Ask::Continue, end, slot).await.unwrap_or_else(say);
     }
     let mut next = first;
     while !end.is_cancelled() {
@@ -127,17 +127,16 @@ async fn session_loop(
                 "exit" | "quit" => break,
                 "help" => errln!("{HELP}"),
                 "cost" => chat.cost(),
-                "compact" => {
-                    chat.turn(Ask::Compact, end, slot).await?;
-                }
-                "resume" => chat.resume(run, rest.trim(), end, slot).await?,
+                "compact" => chat.turn(Ask::Compact, end, slot).await.unwrap_or_else(say),
+                "resume" => chat.resume(run, rest.trim(), end, slot).await.unwrap_or_else(say),
                 other => errln!("unknown command /{other}; /help lists them"),
             }
             continue;
         }
         // `//text` sends `/text`.
         let message = if trimmed.starts_with("//") { &text.trim_start()[1..] } else { text.as_str() };
-        chat.turn(Ask::Say(message), end, slot).await?;
+        // A turn that could not start (the store, the agent) is said; the chat goes on.
+        chat.turn(Ask::Say(message), end, slot).await.unwrap_or_else(say);
     }
     crate::mcp_cli::finish(chat.setup.mcp.as_ref()).await;
     if let Some(id) = &chat.session_id {
@@ -430,7 +429,7 @@ impl Chat {
         self.spent = spent;
         self.greet();
         if self.waits_for_approval() {
-            self.turn(Ask::Continue, end, slot).await?;
+            self.turn(Ask::Continue, end, slot).await.unwrap_or_else(say);
         }
         Ok(())
     }

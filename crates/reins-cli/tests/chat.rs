@@ -12,7 +12,7 @@ use rexpect::session::PtySession;
 use serde_json::{Value, json};
 
 mod common;
-use common::{Dir, reins};
+use common::{Dir, reins, serve_once};
 
 /// How long one expectation may wait (a loaded machine builds and starts things slowly).
 const WAIT_MS: u64 = 60_000;
@@ -20,25 +20,29 @@ const WAIT_MS: u64 = 60_000;
 /// `reins chat` on a new pseudo-terminal, with the script, the workspace and the store of `dir`.
 fn chat(dir: &Dir, script: &Value, extra: &[&str]) -> PtySession {
     let script_file = dir.file("script.json", &script.to_string());
+    let model = format!("script:{}", script_file.display());
+    let mut args = vec!["--model", &model];
+    args.extend_from_slice(extra);
+    spawn(dir, &args)
+}
+
+/// `reins chat ARGS` on a new pseudo-terminal, with the workspace and the store of `dir`.
+fn spawn(dir: &Dir, args: &[&str]) -> PtySession {
     let ws = dir.0.join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     let mut c: Command = reins();
     c.arg("chat")
-        .arg("--model")
-        .arg(format!("script:{}", script_file.display()))
         .arg("--store")
         .arg(dir.store())
         .arg("--workspace")
         .arg(&ws)
         .args(["--test-tools", "--no-sandbox"])
-        .args(extra)
+        .args(args)
         .env("TERM", "xterm")
-        .env_remove("NO_COLOR");
-    rexpect::session::spawn_with_options(
-        c,
-        rexpect::reader::Options::new().timeout_ms(Some(WAIT_MS)).strip_ansi_escape_codes(true),
-    )
-    .unwrap()
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY");
+    let options = rexpect::reader::Options::new().timeout_ms(Some(WAIT_MS)).strip_ansi_escape_codes(true);
+    rexpect::session::spawn_with_options(c, options).unwrap()
 }
 
 fn show(dir: &Dir, id: &str) -> Value {
@@ -250,4 +254,25 @@ fn without_a_terminal_chat_says_so() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("needs a terminal on standard input"), "{err}");
+}
+
+#[test]
+fn a_real_models_text_streams_as_it_arrives_once_and_escaped() {
+    let dir = Dir::new("chat-stream");
+    let fixture = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../reins-providers/tests/fixtures/anthropic/text.sse");
+    let sse = std::fs::read_to_string(fixture).unwrap().replace(r#""text": "Hello!""#, r#""text": "Hello!\u001b[2J""#);
+    let (url, got) = serve_once("text/event-stream", sse);
+    let mut p = spawn(&dir, &["--model", "anthropic:claude-sonnet-4-5", "--base-url", &url]);
+    p.exp_string("/help").unwrap();
+    p.send_line("hi").unwrap();
+    p.exp_string("Hello!\\x1b[2J How can I help?").unwrap();
+    let (_, body) = got.recv().unwrap();
+    assert_eq!(body["stream"], true);
+    // Streamed, it is not printed again when the response is complete.
+    let between = p.exp_string("> ").unwrap();
+    assert!(!between.contains("How can I help"), "{between:?}");
+    p.send_line("/exit").unwrap();
+    p.exp_eof().unwrap();
+    assert_eq!(exit_code(&p), 0);
 }

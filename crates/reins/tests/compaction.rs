@@ -478,7 +478,8 @@ async fn a_compaction_on_request_summarizes_all_but_the_newest_group_and_ends_th
     assert!(matches!(&o.messages[summary], Message::Summary { content, replaces: 4 } if content.contains("the gist")));
     let sent = log.lock().unwrap()[0].messages.to_vec();
     assert!(sent[0].content().contains("[user]\nthree") && !sent[0].content().contains("answer three"));
-    let ended = events.0.lock().unwrap().iter().any(|e| matches!(e.kind, EventKind::CompactionEnd { fallback: None, .. }));
+    let ended =
+        events.0.lock().unwrap().iter().any(|e| matches!(e.kind, EventKind::CompactionEnd { fallback: None, .. }));
     assert!(ended, "a compaction_end event with the summary");
     // The next turn sees the task, the summary and the newest group, then its own message.
     let ctx2 = ctx.clone();

@@ -117,26 +117,21 @@ async fn session_loop(
                 None => break,
             },
         };
-        let trimmed = text.trim();
-        if trimmed.is_empty() {
-            continue;
-        }
-        if let Some(command) = trimmed.strip_prefix('/').filter(|c| !c.starts_with('/')) {
-            let (word, rest) = command.split_once(char::is_whitespace).unwrap_or((command, ""));
-            match word {
+        match parse(&text) {
+            Said::Nothing => {}
+            Said::Message(message) => {
+                // A turn that could not start (the store, the agent) is said; the chat goes on.
+                chat.turn(Ask::Say(message), end, slot).await.unwrap_or_else(say);
+            }
+            Said::Command(word, rest) => match word {
                 "exit" | "quit" => break,
                 "help" => errln!("{HELP}"),
                 "cost" => chat.cost(),
                 "compact" => chat.turn(Ask::Compact, end, slot).await.unwrap_or_else(say),
-                "resume" => chat.resume(run, rest.trim(), end, slot).await.unwrap_or_else(say),
+                "resume" => chat.resume(run, rest, end, slot).await.unwrap_or_else(say),
                 other => errln!("unknown command /{other}; /help lists them"),
-            }
-            continue;
+            },
         }
-        // `//text` sends `/text`.
-        let message = if trimmed.starts_with("//") { &text.trim_start()[1..] } else { text.as_str() };
-        // A turn that could not start (the store, the agent) is said; the chat goes on.
-        chat.turn(Ask::Say(message), end, slot).await.unwrap_or_else(say);
     }
     crate::mcp_cli::finish(chat.setup.mcp.as_ref()).await;
     if let Some(id) = &chat.session_id {
@@ -146,6 +141,33 @@ async fn session_loop(
         return Ok(crate::exit::code_for(Status::Aborted));
     }
     Ok(0)
+}
+
+/// What the person typed.
+#[derive(Debug, PartialEq, Eq)]
+enum Said<'a> {
+    /// Only blanks.
+    Nothing,
+    /// A message for the model, as typed (`//text` is `/text`).
+    Message(&'a str),
+    /// `/WORD REST` (REST trimmed).
+    Command(&'a str, &'a str),
+}
+
+/// Reads a message: `/WORD ARGS` is a command, `//text` the message `/text`, anything else a message.
+fn parse(text: &str) -> Said<'_> {
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Said::Nothing;
+    }
+    match trimmed.strip_prefix('/') {
+        Some(escaped) if escaped.starts_with('/') => Said::Message(&text.trim_start()[1..]),
+        Some(command) => {
+            let (word, rest) = command.split_once(char::is_whitespace).unwrap_or((command, ""));
+            Said::Command(word, rest.trim())
+        }
+        None => Said::Message(text),
+    }
 }
 
 /// `reins chat`'s default beneath every layer: approvals for writes.
@@ -690,6 +712,42 @@ impl crate::approve_cli::Answers for ChatAnswers {
                     t.cancel();
                 }
                 None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn commands_messages_and_escapes() {
+        assert_eq!(parse("  "), Said::Nothing);
+        assert_eq!(parse("/exit"), Said::Command("exit", ""));
+        assert_eq!(parse(" /resume  abc-1 \n"), Said::Command("resume", "abc-1"));
+        assert_eq!(parse("//etc/passwd is a path"), Said::Message("/etc/passwd is a path"));
+        assert_eq!(parse("hello /exit"), Said::Message("hello /exit"));
+        assert_eq!(parse("two\nlines"), Said::Message("two\nlines"));
+    }
+
+    proptest! {
+        #[test]
+        fn parsing_never_panics_and_keeps_every_message_whole(text in "\\PC{0,40}", slash in any::<bool>()) {
+            let text = if slash { format!("/{text}") } else { text };
+            match parse(&text) {
+                Said::Nothing => prop_assert!(text.trim().is_empty()),
+                Said::Message(m) if text.trim_start().starts_with("//") => prop_assert_eq!(format!("/{m}"), text.trim_start()),
+                Said::Message(m) => {
+                    prop_assert_eq!(m, text.as_str());
+                    prop_assert!(!text.trim_start().starts_with('/'));
+                }
+                Said::Command(word, rest) => {
+                    prop_assert!(text.trim_start().starts_with('/'));
+                    prop_assert!(!word.starts_with('/') && !word.chars().any(char::is_whitespace));
+                    prop_assert_eq!(rest, rest.trim());
+                }
             }
         }
     }

@@ -67,7 +67,7 @@ impl<'a> Journaled<'a> {
         }
     }
 
-    /// Makes the run wait for decisions on Restate awakeables (see [`Journaled::decide`]); edited arguments
+    /// Makes the run wait for decisions on Restate awakeables (it becomes the run's `Approver`); edited arguments
     /// are checked against the tools `agent` has then (MCP servers' included) before an answer is taken.
     pub fn with_approvals(mut self, agent: &'a Agent) -> Self {
         self.approvals = Some(agent);

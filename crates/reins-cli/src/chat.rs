@@ -362,6 +362,11 @@ impl Chat {
             None => agent.run(text.unwrap_or_default(), cancel).await,
         };
         slot.set(None);
+        // The turn ended (its deadline passed) while a question was on the screen: the line editor still
+        // reads its answer, which now goes nowhere.
+        if slot.asking().swap(false, Ordering::SeqCst) && !end.is_cancelled() {
+            errln!("\n  (the question above was withdrawn with the turn: press Enter to go on)");
+        }
         self.after(&outcome);
         Ok(())
     }
@@ -530,9 +535,9 @@ impl Model for Streaming {
     }
 }
 
-/// The token of the turn in progress, if any (what Ctrl-C cancels).
+/// The token of the turn in progress, if any (what Ctrl-C cancels), and whether the approver is asking.
 #[derive(Clone, Default)]
-struct TurnSlot(Arc<Mutex<Option<CancellationToken>>>);
+struct TurnSlot(Arc<Mutex<Option<CancellationToken>>>, Arc<AtomicBool>);
 
 impl TurnSlot {
     fn set(&self, token: Option<CancellationToken>) {
@@ -543,6 +548,11 @@ impl TurnSlot {
 
     fn get(&self) -> Option<CancellationToken> {
         self.0.lock().ok().and_then(|t| t.clone())
+    }
+
+    /// True while a question of the approver waits for its answer.
+    fn asking(&self) -> &AtomicBool {
+        &self.1
     }
 }
 
@@ -704,7 +714,10 @@ struct ChatAnswers {
 #[async_trait]
 impl crate::approve_cli::Answers for ChatAnswers {
     async fn line(&self, prompt: &str) -> Option<String> {
-        match self.input.read(prompt).await {
+        self.turn.asking().store(true, Ordering::SeqCst);
+        let got = self.input.read(prompt).await;
+        self.turn.asking().store(false, Ordering::SeqCst);
+        match got {
             Got::Line(l) => Some(l.trim().to_owned()),
             Got::Interrupted | Got::Eof | Got::Failed(_) => {
                 if let Some(t) = self.turn.get() {

@@ -276,3 +276,58 @@ fn a_real_models_text_streams_as_it_arrives_once_and_escaped() {
     p.exp_eof().unwrap();
     assert_eq!(exit_code(&p), 0);
 }
+
+#[test]
+fn time_limits_each_turn_and_a_withdrawn_question_does_not_eat_the_next_message() {
+    let dir = Dir::new("chat-timeout");
+    let script = json!([
+        {"content": "", "tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "a.txt", "content": "hi"}}]},
+        {"delay_ms": 1500, "content": "Slow but in time."},
+        {"delay_ms": 1500, "content": "Again in time."}
+    ]);
+    let mut p = chat(&dir, &script, &["--timeout", "2s"]);
+    p.exp_string("/help").unwrap();
+    p.send_line("write it").unwrap();
+    p.exp_string("[e]dit").unwrap();
+    // Nobody answers: the turn's deadline passes while the question is on the screen.
+    p.exp_string("withdrawn").unwrap();
+    p.exp_string("timeout").unwrap();
+    // Enter ends the withdrawn question; the next line, typed ahead at once, is the next message (the line
+    // editor keeps what it read ahead between two prompts).
+    p.send_line("").unwrap();
+    // Each turn has its own 2 s: two turns of 1.5 s each complete.
+    p.send_line("next").unwrap();
+    p.exp_string("Slow but in time.").unwrap();
+    p.send_line("and next").unwrap();
+    p.exp_string("Again in time.").unwrap();
+    p.send_line("/exit").unwrap();
+    let tail = p.exp_eof().unwrap();
+    assert_eq!(exit_code(&p), 0, "{tail}");
+    assert!(!dir.0.join("ws/a.txt").exists(), "the call never ran");
+    let session = show(&dir, &session_id(&tail));
+    let statuses: Vec<String> = runs(&session).iter().map(|r| r["status"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(statuses, ["timeout", "completed", "completed"]);
+}
+
+#[test]
+fn token_limits_cover_the_whole_chat() {
+    let dir = Dir::new("chat-tokens");
+    let script = json!([
+        {"content": "One.", "usage": {"input_tokens": 10, "output_tokens": 3}},
+        {"content": "Two.", "usage": {"input_tokens": 10, "output_tokens": 3}},
+        {"content": "Three."}
+    ]);
+    let mut p = chat(&dir, &script, &["--max-total-tokens", "20"]);
+    p.exp_string("/help").unwrap();
+    p.send_line("first").unwrap();
+    p.exp_string("One.").unwrap();
+    // 13 spent: the second turn has 7 left, and its 13 pass them.
+    p.send_line("second").unwrap();
+    p.exp_string("token_limit").unwrap();
+    p.send_line("third").unwrap();
+    p.exp_string("this chat has used its --max-total-tokens (20)").unwrap();
+    p.send_line("/exit").unwrap();
+    let tail = p.exp_eof().unwrap();
+    assert_eq!(exit_code(&p), 0, "{tail}");
+    assert_eq!(runs(&show(&dir, &session_id(&tail))).len(), 2, "the third message was not sent");
+}

@@ -6,6 +6,9 @@
 //! - `W1`, `W1-context`, `W1-observer` (µs per step): one run of 1000 steps, each one `echo` call with
 //!   `{"text":"hello"}`, then an answer; without a context budget, with a 32,000-char context budget and
 //!   8,000 chars per result, and with an observer collecting every event.
+//! - `W1-otel` (µs per step): W1 with its spans turned into OpenTelemetry spans (a `tracing-opentelemetry`
+//!   layer, a `BatchSpanProcessor` and an exporter that drops each batch): what the engine's thread pays when
+//!   the CLI exports traces (the export itself runs on the processor's thread, which the figure leaves out).
 //! - `W1-context-{250,1000,4000}` (µs per step): the same with the context budget at three lengths.
 //! - `W1-compact`, `W1-compact-{250,4000}` (µs per step): the W1 loop with the `summarize` strategy under a
 //!   4,000-char budget that forces a compaction every hundred steps or so, a scripted summarizer.
@@ -137,6 +140,7 @@ enum Variant {
     Context,
     Observer,
     Compact,
+    Otel,
 }
 
 /// The budget of `W1-compact`: small enough that a 250-step run compacts several times.
@@ -162,7 +166,7 @@ fn context(variant: Variant) -> ContextConfig {
             strategy: ContextStrategy::Summarize,
             ..ContextConfig::default()
         },
-        Variant::Plain | Variant::Observer => ContextConfig { max_context: None, ..ContextConfig::default() },
+        Variant::Plain | Variant::Observer | Variant::Otel => ContextConfig { max_context: None, ..ContextConfig::default() },
     }
 }
 
@@ -200,9 +204,21 @@ fn w1_once(
     let model = if record { model } else { model.without_recording() };
     let sink = (variant == Variant::Observer).then(|| Arc::new(Mutex::new(Vec::with_capacity(4 * steps + 8))));
     let agent = agent(model, registry, variant, sink.clone());
+    let otel = (variant == Variant::Otel).then(otel_subscriber);
+    let _traced = otel.as_ref().map(|(_, dispatch)| tracing::dispatcher::set_default(dispatch));
     let t0 = cpu_now();
     let outcome = rt.block_on(agent.run("Say hello through the echo tool, again and again.", CancellationToken::new()));
     let elapsed = cpu_now() - t0;
+    drop(_traced);
+    if let Some((provider, _)) = otel {
+        let _ = provider.force_flush();
+        let exported = DROPPED_SPANS.swap(0, std::sync::atomic::Ordering::Relaxed);
+        let _ = provider.shutdown();
+        // A run span, and per step a chat and an execute_tool span, plus the final chat.
+        if exported != 2 * steps + 2 {
+            fail(&format!("W1-otel exported {exported} spans, expected {}", 2 * steps + 2));
+        }
+    }
     if variant == Variant::Compact && outcome.compactions < 2 {
         fail(&format!("W1-compact compacted {} times in {steps} steps", outcome.compactions));
     }
@@ -218,6 +234,38 @@ fn w1_once(
     }
     drop(black_box(outcome));
     elapsed * 1e6 / steps as f64
+}
+
+/// How many spans the W1-otel exporter was given.
+static DROPPED_SPANS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// An exporter that counts and drops what it is given.
+#[derive(Debug)]
+struct Dropping;
+
+impl opentelemetry_sdk::trace::SpanExporter for Dropping {
+    async fn export(&self, batch: Vec<opentelemetry_sdk::trace::SpanData>) -> opentelemetry_sdk::error::OTelSdkResult {
+        DROPPED_SPANS.fetch_add(batch.len(), std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// The CLI's export set-up with a dropping exporter: a batch processor large enough for a whole run.
+fn otel_subscriber() -> (opentelemetry_sdk::trace::SdkTracerProvider, tracing::Dispatch) {
+    use opentelemetry::trace::TracerProvider as _;
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let config = opentelemetry_sdk::trace::BatchConfigBuilder::default().with_max_queue_size(1 << 16).build();
+    let processor = opentelemetry_sdk::trace::BatchSpanProcessor::builder(Dropping).with_batch_config(config).build();
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().with_span_processor(processor).build();
+    let layer = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("reins"))
+        .with_location(false)
+        .with_threads(false)
+        .with_tracked_inactivity(false)
+        .with_target(false)
+        .with_filter(tracing_subscriber::filter::Targets::new().with_target("reins", tracing::Level::INFO));
+    (provider, tracing::Dispatch::new(tracing_subscriber::registry().with(layer)))
 }
 
 /// The share (percent) of the requests of a 2000-step run under a 32,000-char budget, from the first that
@@ -520,4 +568,9 @@ fn main() {
 
     w4();
     w5();
+
+    // Last: a subscriber once set leaves tracing's global interest changed for any figure after it.
+    if wants("W1-otel") {
+        emit("W1-otel", w1(&current, &registry, 1000, Variant::Otel, record), "us_per_step");
+    }
 }

@@ -166,7 +166,9 @@ fn context(variant: Variant) -> ContextConfig {
             strategy: ContextStrategy::Summarize,
             ..ContextConfig::default()
         },
-        Variant::Plain | Variant::Observer | Variant::Otel => ContextConfig { max_context: None, ..ContextConfig::default() },
+        Variant::Plain | Variant::Observer | Variant::Otel => {
+            ContextConfig { max_context: None, ..ContextConfig::default() }
+        }
     }
 }
 

@@ -292,9 +292,10 @@ pub fn finish() {
     };
     match exporting.provider.shutdown_with_timeout(FLUSH_BOUND) {
         Ok(()) | Err(OTelSdkError::AlreadyShutdown) => {}
-        Err(OTelSdkError::Timeout(t)) => {
-            exporting.warning.say(&format!("the collector did not take the last spans within {}s", t.as_secs()))
-        }
+        // The provider reports a processor's timeout inside another error.
+        Err(e) if matches!(e, OTelSdkError::Timeout(_)) || format!("{e:?}").contains("Timeout") => exporting
+            .warning
+            .say(&format!("the collector did not take the last spans within {} s", FLUSH_BOUND.as_secs())),
         Err(e) => exporting.warning.say(&e.to_string()),
     }
 }

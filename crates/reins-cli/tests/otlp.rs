@@ -388,3 +388,26 @@ fn a_real_receiver_process_gets_the_spans_over_grpc_and_http() {
         assert!(got.iter().all(|s| s["attributes"].get("target").is_none()));
     }
 }
+
+#[test]
+fn a_collector_that_never_answers_costs_one_warning_and_a_bounded_wait() {
+    let dir = Dir::new("otlp-silent");
+    let args = setup(&dir);
+    // Accepts connections and never answers a byte.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = listener.accept() {
+            held.push(conn);
+        }
+    });
+    let out = run_cmd(&args, &["--json", "--otlp", &url]).output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let events = String::from_utf8_lossy(&out.stdout);
+    assert!(events.lines().last().is_some_and(|l| l.contains("\"run_end\"") && l.contains("\"completed\"")));
+    let warnings: Vec<&str> = err.lines().filter(|l| l.contains("cannot send traces")).collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    assert!(warnings[0].contains("did not take the last spans within 5 s"), "{err}");
+}

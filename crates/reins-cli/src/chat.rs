@@ -720,11 +720,12 @@ impl crate::approve_cli::Answers for ChatAnswers {
         match got {
             Got::Line(l) => Some(l.trim().to_owned()),
             Got::Interrupted | Got::Eof | Got::Failed(_) => {
-                if let Some(t) = self.turn.get() {
-                    errln!("reins: interrupted: cancelling the turn");
-                    t.cancel();
-                }
-                None
+                let t = self.turn.get()?;
+                errln!("reins: interrupted: cancelling the turn");
+                t.cancel();
+                // The driver waits for this answer and for the turn's cancellation together: it takes the
+                // cancellation (the turn ends `aborted`, not waiting for an approval) and drops this wait.
+                std::future::pending().await
             }
         }
     }

@@ -331,3 +331,72 @@ fn token_limits_cover_the_whole_chat() {
     assert_eq!(exit_code(&p), 0, "{tail}");
     assert_eq!(runs(&show(&dir, &session_id(&tail))).len(), 2, "the third message was not sent");
 }
+
+#[test]
+fn ctrl_c_at_a_question_cancels_the_turn_and_at_the_prompt_clears_the_line() {
+    let dir = Dir::new("chat-keys");
+    let script = json!([
+        {"content": "", "tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "a.txt", "content": "hi"}}]},
+        {"content": "Fine."}
+    ]);
+    let mut p = chat(&dir, &script, &[]);
+    p.exp_string("/help").unwrap();
+    p.send_line("write it").unwrap();
+    p.exp_string("[e]dit").unwrap();
+    p.send_control('c').unwrap();
+    p.exp_string("cancelling the turn").unwrap();
+    p.exp_string("aborted").unwrap();
+    p.exp_string("> ").unwrap();
+    // At the prompt Ctrl-C drops what was typed: only the next line is sent.
+    p.send("not this").unwrap();
+    p.send_control('c').unwrap();
+    p.exp_string("Ctrl-D or /exit ends the chat").unwrap();
+    p.send_line("but this").unwrap();
+    p.exp_string("Fine.").unwrap();
+    p.send_line("/exit").unwrap();
+    let tail = p.exp_eof().unwrap();
+    assert_eq!(exit_code(&p), 0, "{tail}");
+    assert!(!dir.0.join("ws/a.txt").exists(), "the cancelled call never ran");
+    let session = show(&dir, &session_id(&tail));
+    let users: Vec<String> = transcript(&session).into_iter().filter(|(r, _)| r == "user").map(|(_, c)| c).collect();
+    assert_eq!(users, ["write it", "but this"]);
+}
+
+#[test]
+fn resume_in_a_chat_continues_another_session() {
+    let dir = Dir::new("chat-resume");
+    let earlier = dir.file("earlier.json", &json!([{"content": "Earlier."}]).to_string());
+    let out_file = dir.0.join("out.json");
+    let out = reins()
+        .args(["run", "--store"])
+        .arg(dir.store())
+        .arg("--model")
+        .arg(format!("script:{}", earlier.display()))
+        .arg("--output")
+        .arg(&out_file)
+        .arg("old question")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let old: Value = serde_json::from_str(&read(&out_file)).unwrap();
+    let old_id = old["session_id"].as_str().unwrap().to_owned();
+
+    let mut p = chat(&dir, &json!([{"content": "New."}]), &[]);
+    p.exp_string("/help").unwrap();
+    p.send_line("/resume").unwrap();
+    p.exp_string("usage: /resume ID").unwrap();
+    p.send_line("/resume 00000000-no-such").unwrap();
+    p.exp_string("error").unwrap();
+    p.send_line(&format!("/resume {}", &old_id[..8])).unwrap();
+    p.exp_string(&format!("continuing session {old_id}")).unwrap();
+    p.exp_string("last answer: Earlier.").unwrap();
+    p.send_line("a follow-up").unwrap();
+    p.exp_string("New.").unwrap();
+    p.send_line("/exit").unwrap();
+    let tail = p.exp_eof().unwrap();
+    assert_eq!(exit_code(&p), 0, "{tail}");
+    assert_eq!(session_id(&tail), old_id);
+    let session = show(&dir, &old_id);
+    let users: Vec<String> = transcript(&session).into_iter().filter(|(r, _)| r == "user").map(|(_, c)| c).collect();
+    assert_eq!(users, ["old question", "a follow-up"]);
+}

@@ -21,7 +21,8 @@
 //!   with a 32,000-char budget and with none.
 //! - `W5-flat`, `W5-nested` (ns): one `Registry::check`.
 //!
-//! Set `REINS_BENCH_QUICK=1` for a fast smoke run (fewer repetitions).
+//! Set `REINS_BENCH_QUICK=1` for a fast smoke run (fewer repetitions). Arguments select figures by the start of
+//! their id (`W1` selects every W1 figure); one ending in `$` selects one figure (`W1$`).
 
 use std::hint::black_box;
 use std::sync::{Arc, Mutex};
@@ -84,7 +85,9 @@ fn emit(id: &str, value: f64, unit: &str) {
 /// (`cargo bench -p reins --bench harness -- W4 W5`).
 fn wants(id: &str) -> bool {
     let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
-    filters.is_empty() || filters.iter().any(|f| id.starts_with(f.as_str()))
+    // `W1` selects every figure whose id starts with it; `W1$` that one figure.
+    filters.is_empty()
+        || filters.iter().any(|f| f.strip_suffix('$').map_or_else(|| id.starts_with(f.as_str()), |exact| id == exact))
 }
 
 /// True when some figure of the group `prefix` is selected.

@@ -349,6 +349,9 @@ pub(crate) struct Emitter {
     pub(crate) include_content: bool,
     /// The tool names seen so far (at most [`MAX_INTERNED`]).
     names: Vec<Arc<str>>,
+    /// The ids and tool names of the calls whose `tool_start` was sent and whose `tool_end` was not yet (at
+    /// most [`MAX_INTERNED`]): a call's two events share its strings.
+    started: Vec<(Arc<str>, Arc<str>)>,
     /// The wall clock and the monotonic clock read together when the emitter was made: an event's time is
     /// the first plus the monotonic time since, so an instant the driver read anyway dates an event
     /// without reading the clock again.
@@ -374,7 +377,7 @@ impl Emitter {
             ts: origin.0,
             kind: EventKind::ModelStart { step: 0, messages: 0 },
         };
-        Emitter { event, observers, on_error, include_content, names: Vec::new(), origin }
+        Emitter { event, observers, on_error, include_content, names: Vec::new(), started: Vec::new(), origin }
     }
 
     /// Tags every event as one of the sub-agent `agent`'s run, started by `parent_run_id`.
@@ -411,6 +414,10 @@ impl Emitter {
     fn tool_started(&mut self, call: &ToolCall, at: Instant) {
         let call_id: Arc<str> = Arc::from(call.id.as_str());
         let name = self.intern(&call.name);
+        if self.started.len() >= MAX_INTERNED {
+            self.started.remove(0);
+        }
+        self.started.push((Arc::clone(&call_id), Arc::clone(&name)));
         let arguments = self.include_content.then(|| call.arguments.clone());
         self.emit_at(EventKind::ToolStart { call_id, name, arguments }, at);
     }
@@ -438,8 +445,11 @@ impl Emitter {
         at: Instant,
         content: impl FnOnce() -> String,
     ) {
-        let call_id: Arc<str> = Arc::from(call.id.as_str());
-        let name = self.intern(&call.name);
+        let (call_id, name) = match self.started.iter().position(|(id, name)| **id == *call.id && **name == *call.name)
+        {
+            Some(i) => self.started.swap_remove(i),
+            None => (Arc::from(call.id.as_str()), self.intern(&call.name)),
+        };
         let content = self.include_content.then(content);
         self.emit_at(EventKind::ToolEnd { call_id, name, is_error, duration_ms: ms(elapsed), content }, at);
     }

@@ -3,6 +3,8 @@
 //! another worker, bad agent definitions. Model calls go to a local OpenAI-compatible server that counts
 //! them; the tools record every idempotency key they see.
 
+#[allow(dead_code)]
+mod common;
 #[path = "durable/support.rs"]
 mod support;
 
@@ -406,4 +408,54 @@ fn a_batch_of_parallel_calls_is_journaled_call_by_call() {
         .collect();
     let distinct: BTreeSet<&String> = names.iter().collect();
     assert_eq!(distinct.len(), 4, "{names:?}");
+}
+
+#[test]
+fn a_worker_given_otlp_exports_the_spans_of_its_turns_and_flushes_them_on_sigterm() {
+    use std::io::BufRead as _;
+    let s = Setup::new("otlp", 1);
+    // The OTLP receiver process (tests/otlp/receiver.py), over HTTP.
+    let received = s.dir.path("spans.jsonl");
+    let mut receiver = std::process::Command::new(common::otlp_python())
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/otlp/receiver.py"))
+        .arg(&received)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(receiver.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let ports: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let url = format!("http://127.0.0.1:{}", ports["http"]);
+    let mut w = Worker::start_with(s.ports[0], s.dir.path("worker0.log"), &["--otlp", &url]);
+    s.register();
+    let (session, run) = submit(&s.restate, &s.agent, "tools 2 1");
+    let o = wait(&s.restate, &session, &run);
+    assert_eq!(o.status, Status::Completed, "{:?}", o.error);
+    // The worker's spans are sent at the latest when it stops.
+    assert!(w.term(Duration::from_secs(20)), "the worker exits promptly on SIGTERM");
+    let _ = receiver.kill();
+    let _ = receiver.wait();
+    let spans: Vec<serde_json::Value> = std::fs::read_to_string(&received)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let log = std::fs::read_to_string(s.dir.path("worker0.log")).unwrap_or_default();
+    let runs: Vec<&serde_json::Value> = spans
+        .iter()
+        .filter(|s| s["name"] == "invoke_agent" && s["attributes"]["reins.run.id"] == run.as_str())
+        .collect();
+    assert_eq!(runs.len(), 1, "{spans:#?}\n{log}");
+    assert_eq!(runs[0]["attributes"]["reins.session.id"], session.as_str());
+    assert_eq!(runs[0]["attributes"]["reins.status"], "completed");
+    let children = |name: &str| {
+        spans
+            .iter()
+            .filter(|s| s["parent_span_id"] == runs[0]["span_id"] && s["attributes"]["gen_ai.operation.name"] == name)
+            .count()
+    };
+    assert_eq!(children("chat"), o.steps as usize, "{spans:#?}");
+    assert_eq!(children("execute_tool"), o.tool_calls as usize, "{spans:#?}");
+    assert!(!log.contains("cannot send traces"), "{log}");
 }

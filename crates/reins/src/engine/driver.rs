@@ -613,6 +613,8 @@ impl Agent {
             }
         };
         let session_id = journal.as_ref().map(|j| j.session_id().to_owned());
+        // The session the spans name: the journal's, else a durable performer's.
+        let span_session = session_id.as_deref().or(performer.and_then(|p| p.session_id()));
         // What every tool call's idempotency key starts with (made once per run, not per call).
         let key_prefix: Arc<str> = Arc::from(idempotency_prefix(
             session_id.as_deref().or(performer.and_then(|p| p.session_id())),
@@ -648,7 +650,7 @@ impl Agent {
         }
         if !run_span.is_disabled() {
             let first = state.transcript().conversation();
-            spans::run_started(run_span, session_id.as_deref(), span_content, state.instructions(), first.get(0));
+            spans::run_started(run_span, span_session, span_content, state.instructions(), first.get(0));
         }
         if emitter.active() {
             let tools = registry.specs().iter().map(|s| s.name.clone()).collect();
@@ -701,7 +703,7 @@ impl Agent {
                     let step = state.steps() + 1;
                     let t0 = Instant::now();
                     emitter.emit_at(EventKind::ModelStart { step, messages: request.messages.len() }, t0);
-                    let chat = spans::chat_span(info, step, session_id.as_deref());
+                    let chat = spans::chat_span(info, step, span_session);
                     if span_content {
                         spans::chat_request(&chat, &request);
                     }
@@ -879,7 +881,7 @@ impl Agent {
                         true => Span::none(),
                         false => compaction.in_scope(|| {
                             let info = self.compact_model.as_ref().map_or_else(|| info.clone(), |m| m.identity());
-                            spans::chat_span(&info, step, session_id.as_deref())
+                            spans::chat_span(&info, step, span_session)
                         }),
                     };
                     if span_content {

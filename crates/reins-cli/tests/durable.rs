@@ -3,7 +3,6 @@
 //! another worker, bad agent definitions. Model calls go to a local OpenAI-compatible server that counts
 //! them; the tools record every idempotency key they see.
 
-#[allow(dead_code)]
 mod common;
 #[path = "durable/support.rs"]
 mod support;

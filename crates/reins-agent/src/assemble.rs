@@ -669,6 +669,9 @@ impl Parts {
         if let Some(m) = &self.compact_model {
             builder = builder.compact_model(Arc::clone(m));
         }
+        if let Some(on) = self.def.trace_content {
+            builder = builder.trace_content(on);
+        }
         let mode = self.def.approve.unwrap_or_default();
         if mode != crate::approve::ApproveMode::Never {
             builder = builder.policy(crate::approve::ApprovePolicy::new(mode, self.mcp.clone()));

@@ -51,6 +51,10 @@ pub struct AgentDef {
     /// Adds the test tools `echo` and `fail`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub test_tools: Option<bool>,
+    /// Puts prompts, messages, arguments and results into the runs' OpenTelemetry spans (default false;
+    /// `reins run --events-content` also does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_content: Option<bool>,
     /// The JSON Schema the final answer must match: a JSON file (relative to the agent file) or an inline
     /// table. The model answers through the `final_answer` tool; the outcome's `output` holds the answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]

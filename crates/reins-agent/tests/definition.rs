@@ -42,6 +42,7 @@ fn every_key_parses_and_round_trips_through_toml_and_json() {
     );
 
     assert_eq!(def.approve, Some(reins_agent::ApproveMode::Writes));
+    assert_eq!(def.trace_content, Some(true));
     assert_eq!(def.hooks.len(), 2);
     assert_eq!(
         def.hooks[0].command,
@@ -124,6 +125,7 @@ fn bad_values_name_their_path_and_what_was_expected() {
         ("[context]\nmax_context_chars = 5\nmax_context_tokens = 5\n", "context.max_context_tokens", "not both"),
         ("instructions = \"a\"\ninstructions_file = \"b\"\n", "instructions_file", "not both"),
         ("test_tools = \"yes\"\n", "test_tools", "boolean"),
+        ("trace_content = 1\n", "trace_content", "boolean"),
         ("[commands]\nsandbox = \"sometimes\"\n", "commands.sandbox", "unknown variant"),
         ("[[presets]]\nname = \"x\"\nprogram = \"y\"\ntimeout = \"soon\"\n", "presets[0].timeout", "duration"),
         (

@@ -11,6 +11,7 @@ const KEYS: &[(&str, &str, &str)] = &[
     ("", "instructions", r#""Be brief.""#),
     ("", "instructions_file", r#""p.md""#),
     ("", "test_tools", r#"true"#),
+    ("", "trace_content", r#"true"#),
     ("provider", "base_url", r#""http://127.0.0.1:9/v1""#),
     ("provider", "max_response_tokens", r#"100"#),
     ("provider", "temperature", r#"0.5"#),

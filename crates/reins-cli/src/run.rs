@@ -135,7 +135,9 @@ pub fn agent_builder(
     session: Option<&reins_store::Session>,
     approver: Option<std::sync::Arc<dyn reins::Approver>>,
 ) -> Result<reins::AgentBuilder, CliError> {
-    let mut builder = parts.builder().map_err(build_err)?;
+    // Spans carry content only when it is opted in (the agent file's `trace_content`), whatever the events
+    // carry (progress lines and the chat show content).
+    let mut builder = parts.builder().map_err(build_err)?.trace_content(parts.def.trace_content == Some(true));
     if let Some(approver) = approver {
         builder = builder.approver(approver);
     }
@@ -165,8 +167,9 @@ fn build_agent(
     } else {
         builder = builder.observer(render::progress_observer).include_content(true);
     }
-    // Spans carry content only when it is opted in (progress lines show it whatever the flag).
-    builder = builder.trace_content(args.events_content);
+    if args.events_content {
+        builder = builder.trace_content(true);
+    }
     builder.build().map_err(|e| usage(e.to_string()))
 }
 

@@ -411,3 +411,23 @@ fn a_collector_that_never_answers_costs_one_warning_and_a_bounded_wait() {
     assert_eq!(warnings.len(), 1, "{err}");
     assert!(warnings[0].contains("did not take the last spans within 5 s"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_file_can_opt_content_into_the_spans() {
+    let mut server = FakeCollectorServer::start().await.unwrap();
+    let dir = Dir::new("otlp-agent-content");
+    let args = setup(&dir);
+    // The same agent with `trace_content = true`, without --events-content.
+    let agent = dir.0.join("agent.toml");
+    let text = std::fs::read_to_string(&agent).unwrap();
+    std::fs::write(&agent, format!("trace_content = true\n{text}")).unwrap();
+    let mut cmd = run_cmd(&args, &["--json", "--otlp", &server.endpoint()]);
+    cmd.env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc");
+    let out = output(cmd).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The events still have no content: the key is about spans.
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("secret-prompt"));
+    let got = spans(&mut server, 5).await;
+    let run = one(&got, "invoke_agent");
+    assert!(attr(run, "gen_ai.input.messages").is_some_and(|m| m.contains("secret-prompt")), "{run:#?}");
+}

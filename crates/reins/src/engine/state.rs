@@ -125,6 +125,9 @@ enum Phase {
     Compacting {
         upto: usize,
         chars_before: u64,
+        /// A compaction on request ([`RunState::compact_now`]): the run ends once it is made.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        then_end: bool,
     },
     Done {
         status: Status,
@@ -236,9 +239,6 @@ pub struct RunState {
     /// The batch left waiting when the run ended `awaiting_approval`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     awaiting: Vec<crate::approval::PendingCall>,
-    /// A compaction on request ([`RunState::compact_now`]): the run ends once it is made.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    compact_only: bool,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -275,7 +275,6 @@ impl RunState {
             agents: BTreeMap::new(),
             phase: Phase::Ready,
             awaiting: Vec::new(),
-            compact_only: false,
         })
     }
 
@@ -330,7 +329,6 @@ impl RunState {
             agents: BTreeMap::new(),
             phase: Phase::Ready,
             awaiting: Vec::new(),
-            compact_only: false,
         })
     }
 
@@ -444,8 +442,7 @@ impl RunState {
             .ok_or_else(|| "there is nothing to compact yet".to_owned())?;
         let fixed = self.instructions_size.saturating_add(self.tools_size.as_ref().map_or(0, |t| t.size));
         let chars_before = fixed.saturating_add(self.transcript.view_size());
-        self.phase = Phase::Compacting { upto, chars_before };
-        self.compact_only = true;
+        self.phase = Phase::Compacting { upto, chars_before, then_end: true };
         Ok(())
     }
 
@@ -620,7 +617,7 @@ impl RunState {
             }
         }
         match &self.phase {
-            Phase::Compacting { upto, chars_before } => {
+            Phase::Compacting { upto, chars_before, .. } => {
                 let (upto, chars_before) = (*upto, *chars_before);
                 let request = self.compaction_request(upto, ctx);
                 Action::Compact(
@@ -664,7 +661,7 @@ impl RunState {
             .saturating_sub(self.transcript.first_size())
             .saturating_sub(Self::max_summary(full, ctx));
         let upto = self.transcript.compaction_cut(rest)?;
-        self.phase = Phase::Compacting { upto, chars_before: before };
+        self.phase = Phase::Compacting { upto, chars_before: before, then_end: false };
         let request = self.compaction_request(upto, ctx);
         Some((request, Compaction { items: upto as u64 - 1, chars_before: before, chars_after: 0, fallback: None }))
     }
@@ -729,7 +726,7 @@ impl RunState {
         result: Result<ModelResponse, ModelError>,
         ctx: &ContextConfig,
     ) -> Option<Compaction> {
-        let Phase::Compacting { upto, chars_before } = self.phase else {
+        let Phase::Compacting { upto, chars_before, then_end } = self.phase else {
             return None;
         };
         self.phase = Phase::Ready;
@@ -781,7 +778,7 @@ impl RunState {
             self.end(Status::TokenLimit, None, Some(detail));
         } else if let Some(detail) = self.cost_limit_hit() {
             self.end(Status::CostLimit, None, Some(detail));
-        } else if self.compact_only {
+        } else if then_end {
             self.end(Status::Completed, None, None);
         }
         Some(done)
@@ -1238,7 +1235,6 @@ impl RunState {
             agents: BTreeMap::new(),
             phase: Phase::AwaitingTools { plans, assistant_size, edits },
             awaiting: Vec::new(),
-            compact_only: false,
         })
     }
 

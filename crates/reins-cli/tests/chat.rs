@@ -400,3 +400,43 @@ fn resume_in_a_chat_continues_another_session() {
     let users: Vec<String> = transcript(&session).into_iter().filter(|(r, _)| r == "user").map(|(_, c)| c).collect();
     assert_eq!(users, ["old question", "a follow-up"]);
 }
+
+#[test]
+fn a_session_waiting_for_an_approval_is_asked_about_first() {
+    let dir = Dir::new("chat-waiting");
+    let ws = dir.0.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let first = json!([{"content": "", "tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "a.txt", "content": "hi"}}]}]);
+    let script = dir.file("first.json", &first.to_string());
+    let out_file = dir.0.join("out.json");
+    // Without a terminal `reins run` leaves the call waiting (exit 14).
+    let out = reins()
+        .args(["run", "--approve", "writes", "--store"])
+        .arg(dir.store())
+        .arg("--workspace")
+        .arg(&ws)
+        .arg("--model")
+        .arg(format!("script:{}", script.display()))
+        .arg("--output")
+        .arg(&out_file)
+        .arg("write a.txt")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(14), "{}", String::from_utf8_lossy(&out.stderr));
+    let id = serde_json::from_str::<Value>(&read(&out_file)).unwrap()["session_id"].as_str().unwrap().to_owned();
+
+    let mut p = chat(&dir, &json!([{"content": "Written."}]), &["--resume", &id]);
+    p.exp_string(&format!("continuing session {id}")).unwrap();
+    p.exp_string("[e]dit").unwrap();
+    p.send_line("y").unwrap();
+    p.exp_string("Written.").unwrap();
+    p.exp_string("> ").unwrap();
+    p.send_line("/exit").unwrap();
+    let tail = p.exp_eof().unwrap();
+    assert_eq!(exit_code(&p), 0, "{tail}");
+    assert_eq!(read(&ws.join("a.txt")), "hi");
+    let statuses: Vec<String> =
+        runs(&show(&dir, &id)).iter().map(|r| r["status"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(statuses, ["awaiting_approval", "completed"]);
+}

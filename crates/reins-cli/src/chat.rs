@@ -48,11 +48,15 @@ pub struct ChatArgs {
     /// writes`.
     #[command(flatten)]
     pub run: RunArgs,
+    /// Keeps the line editor's history in memory only (by default it is also kept in
+    /// $XDG_STATE_HOME/reins/chat_history, else ~/.local/state/reins/chat_history).
+    #[arg(long)]
+    pub no_history: bool,
 }
 
 /// `reins chat`.
 pub async fn chat(args: ChatArgs) -> Result<u8, CliError> {
-    let ChatArgs { mut run } = args;
+    let ChatArgs { mut run, no_history } = args;
     if !std::io::stdin().is_terminal() {
         return Err(usage(
             "reins chat is interactive and needs a terminal on standard input: use `reins run` (with --resume ID to \
@@ -83,15 +87,37 @@ pub async fn chat(args: ChatArgs) -> Result<u8, CliError> {
     // listeners installed after it chain to them (not the other way round), so Ctrl-C during a turn reaches
     // `listen` (at the prompt, in raw mode, Ctrl-C is a key the editor reads).
     let input = Arc::new(Input::start()?);
+    let history = if no_history { None } else { open_history(&input) };
     listen(end.clone(), turn.clone(), Arc::clone(&started), terminal.clone())?;
     let answers = Arc::new(ChatAnswers { input: Arc::clone(&input), turn: turn.clone() });
     let approver: Arc<dyn reins::Approver> = Arc::new(crate::approve_cli::TerminalApprover::with_answers(answers));
-    let result = session_loop(&mut run, first, &end, &turn, &started, &input, approver).await;
+    let result = session_loop(&mut run, first, &end, &turn, &started, &input, history, approver).await;
     terminal.restore();
     result
 }
 
+/// The history file, its entries given to the line editor; `None` (a warning said why) keeps it in memory.
+fn open_history(input: &Input) -> Option<crate::history::History> {
+    let Some(dir) = crate::history::dir() else {
+        errln!("reins: warning: neither XDG_STATE_HOME nor HOME is set: the chat's history is kept in memory only");
+        return None;
+    };
+    match crate::history::History::open(&dir) {
+        Ok((history, entries)) => {
+            for e in entries {
+                input.remember(&e);
+            }
+            Some(history)
+        }
+        Err(why) => {
+            errln!("reins: warning: chat history {why}: kept in memory only");
+            None
+        }
+    }
+}
+
 /// The chat itself, from the agent's set-up to the end.
+#[allow(clippy::too_many_arguments)]
 async fn session_loop(
     run: &mut RunArgs,
     first: Option<String>,
@@ -99,6 +125,7 @@ async fn session_loop(
     slot: &TurnSlot,
     started: &AtomicBool,
     input: &Input,
+    mut history: Option<crate::history::History>,
     approver: Arc<dyn reins::Approver>,
 ) -> Result<u8, CliError> {
     let setup = crate::run::setup(run, end, chat_defaults).await?;
@@ -113,7 +140,12 @@ async fn session_loop(
         let text = match next.take() {
             Some(t) => t,
             None => match read_message(input, end).await? {
-                Some(t) => t,
+                Some(t) => {
+                    if let Some(h) = &mut history {
+                        h.append(&t);
+                    }
+                    t
+                }
                 None => break,
             },
         };
@@ -652,7 +684,10 @@ impl Input {
                 let config = rustyline::Config::builder()
                     .max_history_size(HISTORY)
                     .and_then(|b| b.history_ignore_dups(true))
-                    .map(|b| b.auto_add_history(false).build());
+                    // No cursor-position query before each prompt: its answer is awaited 100 ms, and keys typed
+                    // meanwhile (an arrow's escape sequence) were taken for it and lost. Everything printed before
+                    // a prompt ends its line.
+                    .map(|b| b.auto_add_history(false).check_cursor_position(false).build());
                 let editor = config.and_then(rustyline::DefaultEditor::with_config);
                 let mut editor = match editor {
                     Ok(e) => {

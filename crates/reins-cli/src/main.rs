@@ -42,6 +42,7 @@ mod chat;
 mod demo;
 mod durable_cli;
 mod exit;
+mod history;
 mod instructions_cli;
 mod mcp_cli;
 mod media_cli;

@@ -39,6 +39,7 @@ fn spawn(dir: &Dir, args: &[&str]) -> PtySession {
         .args(["--test-tools", "--no-sandbox"])
         .args(args)
         .env("TERM", "xterm")
+        .env("XDG_STATE_HOME", dir.0.join("state"))
         .env_remove("OPENAI_API_KEY")
         .env_remove("ANTHROPIC_API_KEY");
     let options = rexpect::reader::Options::new().timeout_ms(Some(WAIT_MS)).strip_ansi_escape_codes(true);
@@ -349,6 +350,7 @@ fn ctrl_c_at_a_question_cancels_the_turn_and_at_the_prompt_clears_the_line() {
     p.exp_string("> ").unwrap();
     // At the prompt Ctrl-C drops what was typed: only the next line is sent.
     p.send("not this").unwrap();
+    p.flush().unwrap();
     p.send_control('c').unwrap();
     p.exp_string("Ctrl-D or /exit ends the chat").unwrap();
     p.send_line("but this").unwrap();
@@ -439,4 +441,54 @@ fn a_session_waiting_for_an_approval_is_asked_about_first() {
     let statuses: Vec<String> =
         runs(&show(&dir, &id)).iter().map(|r| r["status"].as_str().unwrap().to_owned()).collect();
     assert_eq!(statuses, ["awaiting_approval", "completed"]);
+}
+
+#[test]
+fn history_is_kept_in_a_private_file_and_recalled_by_the_next_chat() {
+    let dir = Dir::new("chat-history");
+    let mut p = chat(&dir, &json!([{"content": "One."}]), &[]);
+    p.exp_string("/help").unwrap();
+    p.send_line("the first question").unwrap();
+    p.exp_string("One.").unwrap();
+    p.send_line("/exit").unwrap();
+    p.exp_eof().unwrap();
+    let file = dir.0.join("state/reins/chat_history");
+    assert_eq!(read(&file), "\"the first question\"\n\"/exit\"\n");
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+
+    // Up twice: the first question again.
+    let mut p = chat(&dir, &json!([{"content": "Two."}]), &[]);
+    p.exp_string("/help").unwrap();
+    // (`send` is buffered: each key is flushed.)
+    p.exp_string("> ").unwrap();
+    p.send("\x1b[A").unwrap();
+    p.flush().unwrap();
+    p.exp_string("> /exit").unwrap();
+    p.send("\x1b[A").unwrap();
+    p.flush().unwrap();
+    p.exp_string("> the first question").unwrap();
+    p.send("\r").unwrap();
+    p.flush().unwrap();
+    p.exp_string("Two.").unwrap();
+    p.send_line("/exit").unwrap();
+    let tail = p.exp_eof().unwrap();
+    let users: Vec<String> =
+        transcript(&show(&dir, &session_id(&tail))).into_iter().filter(|(r, _)| r == "user").map(|(_, c)| c).collect();
+    assert_eq!(users, ["the first question"]);
+
+    // A symlink in its place is refused (nothing written through it); --no-history writes nothing.
+    std::fs::remove_file(&file).unwrap();
+    std::os::unix::fs::symlink(dir.0.join("elsewhere"), &file).unwrap();
+    let mut p = chat(&dir, &json!([]), &[]);
+    p.exp_string("kept in memory only").unwrap();
+    p.send_line("/exit").unwrap();
+    p.exp_eof().unwrap();
+    assert!(!dir.0.join("elsewhere").exists());
+    std::fs::remove_file(&file).unwrap();
+    let mut p = chat(&dir, &json!([]), &["--no-history"]);
+    p.exp_string("/help").unwrap();
+    p.send_line("/exit").unwrap();
+    p.exp_eof().unwrap();
+    assert!(!file.exists());
 }

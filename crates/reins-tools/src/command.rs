@@ -424,15 +424,20 @@ fn kill_group(pgid: i32) {
 struct TempDir(PathBuf);
 
 impl TempDir {
+    /// A new directory under the system temp dir, private (0700), with a random name made afresh until one is
+    /// free: a predictable name (the process id and a counter) collided with a directory left by an earlier
+    /// process of the same id that was killed (found by CI), and in a shared temp dir anyone could take it first.
     fn create() -> std::io::Result<Self> {
         let n = RUN_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!("reins-cmd-{}-{n}", std::process::id()));
-        std::fs::DirBuilder::new().mode(0o700).create(&path)?;
-        Ok(Self(path))
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("reins-cmd-{}-{n}-", std::process::id()))
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir()?;
+        Ok(Self(dir.keep()))
     }
 }
 
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::PermissionsExt;
 
 /// The environment variable that carries a tool call's idempotency key into a command
 /// (see [`reins::ToolContext::idempotency_key`]).
@@ -892,6 +897,34 @@ impl Tool for RunCommand {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A command's temp dir is private, never a name that already exists (a dir left by a killed process of
+    /// the same id once made every command of a later process fail), and removed when dropped.
+    #[test]
+    fn temp_dirs_are_private_fresh_and_removed() {
+        // What the old naming would have chosen next, taken already.
+        let next = RUN_COUNTER.load(Ordering::Relaxed);
+        let squatted: Vec<PathBuf> = (next..next + 4)
+            .map(|n| std::env::temp_dir().join(format!("reins-cmd-{}-{n}", std::process::id())))
+            .collect();
+        for p in &squatted {
+            let _ = std::fs::create_dir(p);
+        }
+        let (a, b) = (TempDir::create().unwrap(), TempDir::create().unwrap());
+        assert_ne!(a.0, b.0);
+        for d in [&a, &b] {
+            let meta = std::fs::symlink_metadata(&d.0).unwrap();
+            assert!(meta.is_dir());
+            assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+            assert!(!squatted.contains(&d.0));
+        }
+        let path = a.0.clone();
+        drop(a);
+        assert!(!path.exists());
+        for p in &squatted {
+            let _ = std::fs::remove_dir(p);
+        }
+    }
 
     #[test]
     fn secret_names_and_env_patterns() {

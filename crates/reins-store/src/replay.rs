@@ -10,9 +10,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use reins::{
-    Agent, ApprovalDecision, ApprovalError, ApprovalRequest, Approver, ContextConfig, Decision, FnTool, Limits,
-    Message, ModelError, Outcome, PendingCall, Registry, RunState, ScriptStep, ScriptedModel, Tool, ToolCall,
-    ToolError, ToolOutput, Verdict,
+    Agent, ApprovalCall, ApprovalDecision, ApprovalError, ApprovalRequest, Approver, ContextConfig, Decision, FnTool,
+    Limits, Message, ModelError, Outcome, Registry, RunState, ScriptStep, ScriptedModel, Tool, ToolCall, ToolError,
+    ToolOutput,
 };
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
@@ -109,11 +109,7 @@ fn recorded_tools(run: &RunRecord, messages: &[Message]) -> Result<Registry, Sto
         if let Message::ToolResult(r) = m {
             // The note the run put before the result of a call whose arguments a hook or an approver changed
             // is put there again by the replayed run: the tool answers what came after it.
-            let content = match r.content.strip_prefix("[the arguments were changed by ") {
-                Some(rest) => rest.split_once("]\n").map_or(r.content.as_str(), |(_, after)| after),
-                None => r.content.as_str(),
-            };
-            results.insert(r.call_id.clone(), (content.to_owned(), r.is_error));
+            results.insert(r.call_id.clone(), (reins::without_edit_note(&r.content).to_owned(), r.is_error));
         }
     }
     let results = Arc::new(results);
@@ -152,37 +148,32 @@ fn recorded_approvals(session: &Session, run: u64) -> Result<RecordedApprovals, 
         session.entries.iter().filter(|e| e.run == run && e.kind == crate::session::kind::EVENT).map(|e| &e.data);
     // A sub-agent's events are its own run's: its approvals are not the parent's.
     for data in events.filter(|d| d.get("agent").is_none()) {
-        let text = |v: &serde_json::Value, k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or_default().to_owned();
+        let damaged = |what: &str, e: serde_json::Error| StoreError::Resume {
+            session: session.id().to_owned(),
+            detail: format!("run {run} recorded a damaged {what}: {e}"),
+        };
+        // The `approval_decided` event carries a decision's own fields (`call_id`, `arguments_hash`,
+        // `decision`, `reason`, `arguments`), and `approval_requested` its calls as `ApprovalCall`s.
         match data.get("type").and_then(|t| t.as_str()) {
             Some("approval_requested") => {
-                for call in data.get("calls").and_then(|c| c.as_array()).into_iter().flatten() {
-                    out.asked.insert((text(call, "call_id"), text(call, "arguments_hash")), text(call, "reason"));
+                let calls = data.get("calls").cloned().unwrap_or_default();
+                let calls: Vec<ApprovalCall> =
+                    serde_json::from_value(calls).map_err(|e| damaged("approval request", e))?;
+                for c in calls {
+                    out.asked.insert((c.call_id, c.arguments_hash), c.reason);
                 }
             }
             Some("approval_decided") => {
-                let call_id = text(data, "call_id");
-                let verdict = match data.get("decision").and_then(|d| d.as_str()) {
-                    Some("approve") => Verdict::Approve,
-                    Some("deny") => Verdict::Deny { reason: text(data, "reason") },
-                    Some("edit") => match data.get("arguments") {
-                        Some(arguments) => Verdict::Edit { arguments: arguments.clone() },
-                        None => {
-                            return Err(StoreError::Resume {
-                                session: session.id().to_owned(),
-                                detail: format!(
-                                    "run {run} edited the arguments of call {call_id:?}, and the edit was recorded without its arguments (record with content opted in to replay it)"
-                                ),
-                            });
-                        }
-                    },
-                    other => {
-                        return Err(StoreError::Resume {
-                            session: session.id().to_owned(),
-                            detail: format!("run {run} recorded an unknown decision {other:?} for call {call_id:?}"),
-                        });
-                    }
-                };
-                out.decided.push(ApprovalDecision { call_id, arguments_hash: text(data, "arguments_hash"), verdict });
+                if data.get("decision").and_then(|d| d.as_str()) == Some("edit") && data.get("arguments").is_none() {
+                    let call_id = data.get("call_id").and_then(|c| c.as_str()).unwrap_or_default();
+                    return Err(StoreError::Resume {
+                        session: session.id().to_owned(),
+                        detail: format!(
+                            "run {run} edited the arguments of call {call_id:?}, and the edit was recorded without its arguments (record with content opted in to replay it)"
+                        ),
+                    });
+                }
+                out.decided.push(serde_json::from_value(data.clone()).map_err(|e| damaged("decision", e))?);
             }
             _ => {}
         }
@@ -314,18 +305,10 @@ pub async fn replay_runs(
         let limits = Limits { timeout: None, ..run.start.limits.clone() };
         // A run that continued a batch waiting for an approval starts from that batch, as `reins approve`
         // (or a resume) did.
-        let waiting = k
-            .checked_sub(1)
-            .and_then(|p| runs[p].end.as_ref())
-            .filter(|end| end.get("status").and_then(|s| s.as_str()) == Some("awaiting_approval"))
-            .and_then(|end| end.get("pending").cloned())
-            .map(serde_json::from_value::<Vec<PendingCall>>)
-            .transpose()
-            .map_err(|e| StoreError::Resume {
-                session: session.id().to_owned(),
-                detail: format!("the waiting batch of run {} is damaged: {e}", run.number - 1),
-            })?
-            .filter(|p| !p.is_empty());
+        let waiting = match k.checked_sub(1) {
+            Some(previous) => session.waiting_batch(&runs[previous])?,
+            None => None,
+        };
         let run_id = uuid::Uuid::new_v4().to_string();
         let state = match waiting {
             Some(pending) => RunState::resume_pending(run_id, messages[..start].to_vec(), pending, limits, &context),

@@ -274,18 +274,7 @@ impl Session {
         let runs = self.runs()?;
         for run in runs.iter().rev() {
             match &run.end {
-                Some(end) => {
-                    if end.get("status").and_then(|s| s.as_str()) != Some("awaiting_approval") {
-                        return Ok(None);
-                    }
-                    let pending = end.get("pending").cloned().unwrap_or(serde_json::Value::Array(Vec::new()));
-                    let pending: Vec<reins::PendingCall> =
-                        serde_json::from_value(pending).map_err(|e| StoreError::Resume {
-                            session: self.summary.id.clone(),
-                            detail: format!("the waiting batch of run {} is damaged: {e}", run.number),
-                        })?;
-                    return Ok((!pending.is_empty()).then_some(pending));
-                }
+                Some(_) => return self.waiting_batch(run),
                 None => {
                     let went_on = self.entries.iter().any(|e| {
                         e.run == run.number
@@ -300,6 +289,21 @@ impl Session {
             }
         }
         Ok(None)
+    }
+
+    /// The batch `run` ended waiting on (its outcome's `pending`), when it ended `awaiting_approval`.
+    pub(crate) fn waiting_batch(&self, run: &RunRecord) -> Result<Option<Vec<reins::PendingCall>>, StoreError> {
+        let Some(end) =
+            run.end.as_ref().filter(|e| e.get("status").and_then(|s| s.as_str()) == Some("awaiting_approval"))
+        else {
+            return Ok(None);
+        };
+        let pending = end.get("pending").cloned().unwrap_or(serde_json::Value::Array(Vec::new()));
+        let pending: Vec<reins::PendingCall> = serde_json::from_value(pending).map_err(|e| StoreError::Resume {
+            session: self.summary.id.clone(),
+            detail: format!("the waiting batch of run {} is damaged: {e}", run.number),
+        })?;
+        Ok((!pending.is_empty()).then_some(pending))
     }
 
     /// Rebuilds a run state to continue the session: the recorded transcript, reconciled — a batch

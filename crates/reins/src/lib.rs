@@ -59,7 +59,9 @@ pub use context::{
 pub use cost::Price;
 pub use engine::driver::{Agent, AgentBuilder, TypedRunError};
 pub use engine::perform::{Direct, ModelStep, Performer, ToolStep, idempotency_key, idempotency_prefix};
-pub use engine::state::{Action, Admission, Batch, CallResult, Compaction, Plan, PlannedCall, RunState};
+pub use engine::state::{
+    Action, Admission, Batch, CallResult, Compaction, Plan, PlannedCall, RunState, without_edit_note,
+};
 pub use events::{ApprovalCall, EVENT_VERSION, Event, EventKind, Observer, ObserverError};
 pub use hook::{Hook, HookAnswer, HookContext, HookError, HookEvent, HookResult, PostTool, PreTool, StopAnswer};
 pub use image::{Image, ImageCost, ImageError, ImageFormat, MAX_IMAGE_BYTES};

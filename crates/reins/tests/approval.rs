@@ -109,6 +109,8 @@ async fn edited_arguments_are_validated_and_run_with_a_note() {
         Message::ToolResult(r) => {
             assert!(r.content.ends_with("\nls"), "{}", r.content);
             assert!(r.content.contains("changed by the approver"), "{}", r.content);
+            // What the tool answered, as a replay takes it back out of the recorded result.
+            assert_eq!(reins::without_edit_note(&r.content), "ls");
         }
         m => panic!("{m:?}"),
     }
@@ -446,6 +448,15 @@ mod check_decisions_props {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(128))]
+        /// Taking the edit note off a recorded result gives back a tail of it, whatever the text, and exactly
+        /// the tool's answer behind a note.
+        #[test]
+        fn the_edit_note_comes_off_and_nothing_else(text in "\\PC{0,60}", by in "[a-z ]{1,12}", answer in "\\PC{0,40}") {
+            prop_assert!(text.ends_with(reins::without_edit_note(&text)));
+            let noted = format!("[the arguments were changed by {by}: {{\"x\":1}}]\n{answer}");
+            prop_assert_eq!(reins::without_edit_note(&noted), answer.as_str());
+        }
+
         /// An approver's check of its decisions takes exactly what the run applies: the same decisions are
         /// refused with the same error by `check_decisions` and by `RunState::decide` one after the other.
         #[test]

@@ -1318,8 +1318,7 @@ impl RunState {
             .map(|(i, id)| {
                 let mut r = results.next().flatten().unwrap_or_else(|| CallResult::text(unfinished, true));
                 if let Some(Some(e)) = edits.get(i) {
-                    r.content =
-                        format!("[the arguments were changed by {}: {}]\n{}", e.by, e.call.arguments, r.content);
+                    r.content = format!("{EDIT_NOTE}{}: {}]\n{}", e.by, e.call.arguments, r.content);
                 }
                 let content = match ctx.max_tool_result_chars {
                     // Within the limit in bytes is within it in characters: keep the string as it is.
@@ -1425,6 +1424,22 @@ impl RunState {
             messages,
         }
     }
+}
+
+/// How the result of a call whose arguments a hook or an approver changed begins: this, who changed them,
+/// `: `, the arguments they run with, `]` and a newline, then the tool's result.
+const EDIT_NOTE: &str = "[the arguments were changed by ";
+
+/// A recorded tool result without the note a run puts before the result of a call whose arguments a hook or
+/// an approver changed: what the tool itself answered (a replay answers with it, and the run adds the note
+/// again).
+///
+/// ```
+/// assert_eq!(reins::without_edit_note("[the arguments were changed by the approver: {\"a\":1}]\nok"), "ok");
+/// assert_eq!(reins::without_edit_note("ok"), "ok");
+/// ```
+pub fn without_edit_note(content: &str) -> &str {
+    content.strip_prefix(EDIT_NOTE).and_then(|rest| rest.split_once("]\n")).map_or(content, |(_, after)| after)
 }
 
 /// The status of a final answer that did not end naturally, and why: cut by the response cap

@@ -613,16 +613,12 @@ impl Agent {
             }
         };
         let session_id = journal.as_ref().map(|j| j.session_id().to_owned());
-        // The session the spans name: the journal's, else a durable performer's.
+        // The conversation's session: the journal's, else a durable performer's. Spans name it, and it starts
+        // every tool call's idempotency key and is the prompt-cache key (the run's id without one); both keys
+        // are made once per run, not per call.
         let span_session = session_id.as_deref().or(performer.and_then(|p| p.session_id()));
-        // What every tool call's idempotency key starts with (made once per run, not per call).
-        let key_prefix: Arc<str> = Arc::from(idempotency_prefix(
-            session_id.as_deref().or(performer.and_then(|p| p.session_id())),
-            state.run_id(),
-        ));
-        // The conversation's prompt-cache key: the session's id, else the run's (made once per run).
-        let cache_key: Arc<str> =
-            Arc::from(session_id.as_deref().or(performer.and_then(|p| p.session_id())).unwrap_or(state.run_id()));
+        let key_prefix: Arc<str> = Arc::from(idempotency_prefix(span_session, state.run_id()));
+        let cache_key: Arc<str> = Arc::from(span_session.unwrap_or(state.run_id()));
         let mut journaled = journal.as_ref().map_or(0, |j| j.recorded());
         let mut observers = self.observers.clone();
         let (mut on_observer_error, mut include_content) = (self.on_observer_error.clone(), self.include_content);

@@ -145,22 +145,18 @@ fn breakpoint() -> Value {
 
 /// Marks the last block of a message's content as a cache breakpoint. A string content becomes one text
 /// block; an empty text block cannot carry a marker (the API refuses it), so such a message is left alone.
-/// Returns whether a marker was placed.
-fn mark_last_block(message: &mut Value) -> bool {
+fn mark_last_block(message: &mut Value) {
     if let Value::String(text) = &message["content"] {
         if text.is_empty() {
-            return false;
+            return;
         }
         message["content"] = json!([{"type": "text", "text": text}]);
     }
-    let Some(last) = message["content"].as_array_mut().and_then(|blocks| blocks.last_mut()) else {
-        return false;
-    };
+    let Some(last) = message["content"].as_array_mut().and_then(|blocks| blocks.last_mut()) else { return };
     if last["type"] == "text" && last["text"].as_str().is_none_or(str::is_empty) {
-        return false;
+        return;
     }
     last["cache_control"] = breakpoint();
-    true
 }
 
 /// Places prompt-cache breakpoints (at most three of the API's four) so that each step of a tool loop reads

@@ -175,12 +175,12 @@ pub fn check_reasoning(s: &ReasoningSettings<'_>) -> Result<(), ReasoningConflic
 }
 
 /// Anthropic's `max_tokens` (the API requires one): the configured cap; else the model's known output cap up
-/// to 32,000; else [`crate::DEFAULT_RESPONSE_CAP`].
+/// to 32,000; else [`crate::anthropic::DEFAULT_MAX_TOKENS`].
 pub(crate) fn anthropic_max_tokens(model: &str, max_output_tokens: Option<u32>) -> u64 {
     max_output_tokens
         .map(u64::from)
         .or_else(|| crate::pricing::model_info(model).map(|i| i.max_output_tokens.min(32_000)))
-        .unwrap_or(u64::from(crate::provider::DEFAULT_RESPONSE_CAP))
+        .unwrap_or(crate::anthropic::DEFAULT_MAX_TOKENS)
 }
 
 /// The items of `reasoning` that `api` produced, in order: what its adapter sends back.

@@ -14,7 +14,6 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -389,8 +388,6 @@ fn find_program(program: &str) -> Option<PathBuf> {
     })
 }
 
-static RUN_COUNTER: AtomicU64 = AtomicU64::new(0);
-
 /// Kills the process group when dropped (timeout, cancellation, or the future being dropped).
 struct GroupGuard {
     pgid: Option<i32>,
@@ -428,9 +425,8 @@ impl TempDir {
     /// free: a predictable name (the process id and a counter) collided with a directory left by an earlier
     /// process of the same id that was killed (found by CI), and in a shared temp dir anyone could take it first.
     fn create() -> std::io::Result<Self> {
-        let n = RUN_COUNTER.fetch_add(1, Ordering::Relaxed);
         let dir = tempfile::Builder::new()
-            .prefix(&format!("reins-cmd-{}-{n}-", std::process::id()))
+            .prefix(&format!("reins-cmd-{}-", std::process::id()))
             .permissions(std::fs::Permissions::from_mode(0o700))
             .tempdir()?;
         Ok(Self(dir.keep()))
@@ -902,11 +898,9 @@ mod tests {
     /// the same id once made every command of a later process fail), and removed when dropped.
     #[test]
     fn temp_dirs_are_private_fresh_and_removed() {
-        // What the old naming would have chosen next, taken already.
-        let next = RUN_COUNTER.load(Ordering::Relaxed);
-        let squatted: Vec<PathBuf> = (next..next + 4)
-            .map(|n| std::env::temp_dir().join(format!("reins-cmd-{}-{n}", std::process::id())))
-            .collect();
+        // What the old naming (the process id and a counter from 0) would have chosen, taken already.
+        let squatted: Vec<PathBuf> =
+            (0..4).map(|n| std::env::temp_dir().join(format!("reins-cmd-{}-{n}", std::process::id()))).collect();
         for p in &squatted {
             let _ = std::fs::create_dir(p);
         }

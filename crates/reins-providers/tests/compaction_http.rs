@@ -8,11 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Reply, Server};
-use reins::{
-    Agent, ContextConfig, ContextStrategy, FnModel, FnTool, Limits, ModelRequest, ModelResponse, Registry, Status,
-    ToolCall, ToolOutput,
-};
+use common::{Reply, Server, echo_registry};
+use reins::{Agent, ContextConfig, ContextStrategy, FnModel, Limits, ModelRequest, ModelResponse, Status, ToolCall};
 use reins_providers::{Api, Provider, RetryPolicy};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -25,16 +22,6 @@ const SUMMARY: &str = "SUMMARY: echoed so far; keep going";
 
 fn echo_text(i: usize) -> String {
     format!("r{i}:{}", "x".repeat(40 + (i * 37) % 150))
-}
-
-fn registry() -> Registry {
-    let echo = FnTool::new(
-        "echo",
-        "Returns its text.",
-        json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
-        |args, _ctx| async move { Ok(ToolOutput::Json(args["text"].clone())) },
-    );
-    Registry::builder().tool(echo).build().unwrap()
 }
 
 fn ctx() -> ContextConfig {
@@ -60,7 +47,7 @@ async fn call_order() -> Vec<bool> {
     });
     let agent = Agent::builder(model)
         .instructions(INSTRUCTIONS)
-        .registry(registry())
+        .registry(echo_registry())
         .limits(Limits { max_steps: Some(1000), ..Limits::default() })
         .context(ctx())
         .build()
@@ -118,7 +105,7 @@ async fn a_summarized_run_over_http_sends_the_summary_and_never_a_call_without_i
         .unwrap();
     let agent = Agent::builder(provider)
         .instructions(INSTRUCTIONS)
-        .registry(registry())
+        .registry(echo_registry())
         .limits(Limits { max_steps: Some(1000), ..Limits::default() })
         .context(ctx())
         .build()

@@ -8,19 +8,11 @@ mod common;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use common::{Reply, Server, fixture, sdk_python};
+use common::{Server, dir, fixture, sdk_python, text_reply};
 use reins::{Conversation, Message, Model, ModelRequest, ToolCall, ToolSpec};
 use reins_providers::{Api, Provider, ToolChoice};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-
-fn dir(api: Api) -> &'static str {
-    match api {
-        Api::OpenAiResponses => "openai_responses",
-        Api::OpenAiChat => "openai_chat",
-        Api::Anthropic => "anthropic",
-    }
-}
 
 fn tools() -> Arc<[ToolSpec]> {
     Arc::from(vec![
@@ -83,12 +75,7 @@ async fn capture(out: &std::path::Path) {
         for stream in [false, true] {
             for (name, request) in requests() {
                 for (choice_name, choice) in &choices {
-                    let reply = if stream {
-                        Reply::sse_text(&fixture(&format!("{}/text.sse", dir(api))), 4096)
-                    } else {
-                        Reply::json(200, fixture(&format!("{}/text.json", dir(api))))
-                    };
-                    let server = Server::start(vec![reply]).await;
+                    let server = Server::start(vec![text_reply(api, stream)]).await;
                     let base = if api == Api::Anthropic { server.url("") } else { server.url("/v1") };
                     let mut b = Provider::builder(api, "gpt-4.1-mini")
                         .base_url(base)
@@ -147,12 +134,7 @@ async fn capture_reasoning(out: &std::path::Path) {
     };
     for api in [Api::OpenAiResponses, Api::OpenAiChat, Api::Anthropic] {
         for stream in [false, true] {
-            let reply = if stream {
-                Reply::sse_text(&fixture(&format!("{}/text.sse", dir(api))), 4096)
-            } else {
-                Reply::json(200, fixture(&format!("{}/text.json", dir(api))))
-            };
-            let server = Server::start(vec![reply]).await;
+            let server = Server::start(vec![text_reply(api, stream)]).await;
             let base = if api == Api::Anthropic { server.url("") } else { server.url("/v1") };
             let b = Provider::builder(api, if api == Api::Anthropic { "claude-sonnet-4-5" } else { "o4-mini" })
                 .base_url(base)

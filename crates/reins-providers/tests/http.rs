@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Reply, Server, Step, fixture};
+use common::{Reply, Server, Step, dir, fixture};
 use reins::{
     Agent, Conversation, Delta, DeltaSink, FinishReason, FnTool, Message, Model, ModelError, ModelRequest, Registry,
     Status, ToolCall, ToolOutput, ToolSpec, Usage,
@@ -18,14 +18,6 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 const APIS: [Api; 3] = [Api::OpenAiResponses, Api::OpenAiChat, Api::Anthropic];
-
-fn dir(api: Api) -> &'static str {
-    match api {
-        Api::OpenAiResponses => "openai_responses",
-        Api::OpenAiChat => "openai_chat",
-        Api::Anthropic => "anthropic",
-    }
-}
 
 fn base_url(api: Api, server: &Server) -> String {
     match api {

@@ -10,7 +10,7 @@ mod common;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use common::{Reply, Server, fixture, sdk_python};
+use common::{Reply, Server, dir, fixture, sdk_python, text_reply};
 use reins::{
     Agent, Conversation, FnTool, Image, Message, Model, ModelRequest, OutputSchema, Registry, Status, ToolCall,
     ToolOutput, ToolResult, ToolSpec,
@@ -30,14 +30,6 @@ fn png() -> Image {
 /// A 3×2 GIF header (enough for the sniffer; never decoded by Reins).
 fn gif() -> Image {
     Image::from_bytes(b"GIF89a\x03\x00\x02\x00\x00\x00\x00;".to_vec()).unwrap()
-}
-
-fn dir(api: Api) -> &'static str {
-    match api {
-        Api::OpenAiResponses => "openai_responses",
-        Api::OpenAiChat => "openai_chat",
-        Api::Anthropic => "anthropic",
-    }
 }
 
 const APIS: [Api; 3] = [Api::OpenAiResponses, Api::OpenAiChat, Api::Anthropic];
@@ -72,14 +64,6 @@ fn provider(api: Api, server: &Server, stream: bool) -> Provider {
         .stream(stream)
         .build()
         .unwrap()
-}
-
-fn text_reply(api: Api, stream: bool) -> Reply {
-    if stream {
-        Reply::sse_text(&fixture(&format!("{}/text.sse", dir(api))), 4096)
-    } else {
-        Reply::json(200, fixture(&format!("{}/text.json", dir(api))))
-    }
 }
 
 async fn capture(api: Api, stream: bool, request: &ModelRequest) -> Value {

@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Captured, Reply, Server};
+use common::{Captured, Reply, Server, echo_registry};
 use reins::{
-    Agent, ContextConfig, ContextStrategy, Conversation, FnTool, Limits, Message, Model, ModelError, ModelRequest,
-    Outcome, Registry, RunState, Status, ToolOutput,
+    Agent, ContextConfig, ContextStrategy, Conversation, Limits, Message, Model, ModelError, ModelRequest, Outcome,
+    RunState, Status,
 };
 use reins_providers::{Api, Provider, ReasoningEffort, RetryPolicy};
 use serde_json::{Value, json};
@@ -22,16 +22,6 @@ use tokio_util::sync::CancellationToken;
 
 /// Tool-loop turns before the final answer.
 const TURNS: usize = 10;
-
-fn registry() -> Registry {
-    let echo = FnTool::new(
-        "echo",
-        "Returns its text.",
-        json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
-        |args, _ctx| async move { Ok(ToolOutput::Json(args["text"].clone())) },
-    );
-    Registry::builder().tool(echo).build().unwrap()
-}
 
 fn no_retry() -> RetryPolicy {
     RetryPolicy {
@@ -44,7 +34,7 @@ fn no_retry() -> RetryPolicy {
 
 fn agent(model: Provider, context: ContextConfig) -> Agent {
     Agent::builder(model)
-        .registry(registry())
+        .registry(echo_registry())
         .limits(Limits { max_steps: Some(100), ..Limits::default() })
         .context(context)
         .build()
@@ -347,7 +337,7 @@ async fn the_thinking_server_refuses_thinking_that_did_not_come_back_unchanged()
     let turn1 = loop_at.iter().position(|m| m.tool_calls().first().is_some_and(|c| c.id == "toolu_01")).unwrap();
     let turn4 = upto - 1;
     let ask = |messages: Vec<Message>| {
-        let (provider, registry) = (provider.clone(), registry());
+        let (provider, registry) = (provider.clone(), echo_registry());
         async move {
             let req = ModelRequest {
                 messages: Conversation::from_messages(messages),
@@ -562,7 +552,7 @@ async fn the_reasoning_server_refuses_items_that_did_not_come_back_verbatim() {
     let upto = o.messages.iter().position(|m| matches!(m, Message::ToolResult(r) if r.call_id == "call_2")).unwrap();
     let loop_at = o.messages[..=upto].to_vec();
     let ask = |messages: Vec<Message>| {
-        let (provider, registry) = (provider.clone(), registry());
+        let (provider, registry) = (provider.clone(), echo_registry());
         async move {
             let req = ModelRequest {
                 messages: Conversation::from_messages(messages),

@@ -230,6 +230,35 @@ async fn handle(
 }
 
 /// A fixture file's text.
+/// The fixtures directory of an API's canned responses.
+pub fn dir(api: reins_providers::Api) -> &'static str {
+    match api {
+        reins_providers::Api::OpenAiResponses => "openai_responses",
+        reins_providers::Api::OpenAiChat => "openai_chat",
+        reins_providers::Api::Anthropic => "anthropic",
+    }
+}
+
+/// The API's canned plain-text answer, streamed or whole.
+pub fn text_reply(api: reins_providers::Api, stream: bool) -> Reply {
+    if stream {
+        Reply::sse_text(&fixture(&format!("{}/text.sse", dir(api))), 4096)
+    } else {
+        Reply::json(200, fixture(&format!("{}/text.json", dir(api))))
+    }
+}
+
+/// A registry of one tool, `echo` (`{"text": string}`), that returns its text.
+pub fn echo_registry() -> reins::Registry {
+    let echo = reins::FnTool::new(
+        "echo",
+        "Returns its text.",
+        serde_json::json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+        |args, _ctx| async move { Ok(reins::ToolOutput::Json(args["text"].clone())) },
+    );
+    reins::Registry::builder().tool(echo).build().unwrap()
+}
+
 pub fn fixture(path: &str) -> String {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(path);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("fixture {}: {e}", p.display()))

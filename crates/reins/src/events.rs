@@ -349,8 +349,8 @@ pub(crate) struct Emitter {
     pub(crate) include_content: bool,
     /// The tool names seen so far (at most [`MAX_INTERNED`]).
     names: Vec<Arc<str>>,
-    /// The ids and tool names of the calls whose `tool_start` was sent and whose `tool_end` was not yet (at
-    /// most [`MAX_INTERNED`]): a call's two events share its strings.
+    /// The ids and tool names of the calls whose `tool_start` was sent, and followed by another event,
+    /// and whose `tool_end` was not yet (at most [`MAX_INTERNED`]): a call's two events share its strings.
     started: Vec<(Arc<str>, Arc<str>)>,
     /// The wall clock and the monotonic clock read together when the emitter was made: an event's time is
     /// the first plus the monotonic time since, so an instant the driver read anyway dates an event
@@ -414,10 +414,6 @@ impl Emitter {
     fn tool_started(&mut self, call: &ToolCall, at: Instant) {
         let call_id: Arc<str> = Arc::from(call.id.as_str());
         let name = self.intern(&call.name);
-        if self.started.len() >= MAX_INTERNED {
-            self.started.remove(0);
-        }
-        self.started.push((Arc::clone(&call_id), Arc::clone(&name)));
         let arguments = self.include_content.then(|| call.arguments.clone());
         self.emit_at(EventKind::ToolStart { call_id, name, arguments }, at);
     }
@@ -445,9 +441,8 @@ impl Emitter {
         at: Instant,
         content: impl FnOnce() -> String,
     ) {
-        let (call_id, name) = match self.started.iter().position(|(id, name)| **id == *call.id && **name == *call.name)
-        {
-            Some(i) => self.started.swap_remove(i),
+        let (call_id, name) = match self.take_started(call) {
+            Some(strings) => strings,
             None => (Arc::from(call.id.as_str()), self.intern(&call.name)),
         };
         let content = self.include_content.then(content);
@@ -478,9 +473,41 @@ impl Emitter {
 
     fn send(&mut self, kind: EventKind, at: Instant) {
         self.event.ts = self.origin.0.checked_add(at.saturating_duration_since(self.origin.1)).unwrap_or(self.origin.0);
-        self.event.kind = kind;
+        if matches!(self.event.kind, EventKind::ToolStart { .. }) {
+            let sent = std::mem::replace(&mut self.event.kind, kind);
+            self.retire(sent);
+        } else {
+            self.event.kind = kind;
+        }
         self.dispatch();
         self.event.seq += 1;
+    }
+
+    /// Lets go of the event sent before: a `tool_start`'s strings are kept (moved, not shared again)
+    /// for its call's `tool_end`, which usually comes right after it and then takes them from the event
+    /// itself (see [`Emitter::take_started`]).
+    #[inline]
+    fn retire(&mut self, sent: EventKind) {
+        if let EventKind::ToolStart { call_id, name, .. } = sent {
+            if self.started.len() >= MAX_INTERNED {
+                self.started.remove(0);
+            }
+            self.started.push((call_id, name));
+        }
+    }
+
+    /// The strings of `call`'s `tool_start`: taken from the event just sent when that is it (the common
+    /// case: a call's two events in a row), else from the calls started before.
+    fn take_started(&mut self, call: &ToolCall) -> Option<(Arc<str>, Arc<str>)> {
+        let is_call = |id: &Arc<str>, name: &Arc<str>| **id == *call.id && **name == *call.name;
+        if matches!(&self.event.kind, EventKind::ToolStart { call_id, name, .. } if is_call(call_id, name)) {
+            let placeholder = EventKind::ModelStart { step: 0, messages: 0 };
+            if let EventKind::ToolStart { call_id, name, .. } = std::mem::replace(&mut self.event.kind, placeholder) {
+                return Some((call_id, name));
+            }
+        }
+        let i = self.started.iter().rposition(|(id, name)| is_call(id, name))?;
+        Some(self.started.swap_remove(i))
     }
 
     #[inline(never)]

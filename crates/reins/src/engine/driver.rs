@@ -262,10 +262,27 @@ struct Slot {
     reported: bool,
     /// When the call began running: a call the batch's interruption cut short ran until then.
     began: Option<Instant>,
-    elapsed: Duration,
+    /// When it ended (read once: it dates the call's `tool_end` and gives its duration).
+    ended: Option<Instant>,
     result: Option<CallResult>,
     /// The `hook` events of its `post_tool` hooks, sent after its `tool_end`.
     hook_events: Vec<EventKind>,
+}
+
+impl Slot {
+    /// Records the result of the call that began at `began`, and when it ended.
+    fn finish(&mut self, result: CallResult) {
+        self.ended = Some(Instant::now());
+        self.result = Some(result);
+    }
+
+    /// How long the call ran (zero for one that did not run or did not end).
+    fn elapsed(&self) -> Duration {
+        match (self.began, self.ended) {
+            (Some(b), Some(e)) => e.saturating_duration_since(b),
+            _ => Duration::ZERO,
+        }
+    }
 }
 
 enum Interrupt {
@@ -1022,12 +1039,12 @@ impl Agent {
                             emitter.tool_start(p.call, now);
                         }
                         let (content, is_error, elapsed) = match &slot.result {
-                            Some(r) => (&r.content, r.is_error, slot.elapsed),
+                            Some(r) => (&r.content, r.is_error, slot.elapsed()),
                             // Cut short: it ran from its start until now.
                             None => (
                                 &unfinished,
                                 true,
-                                slot.began.map_or(slot.elapsed, |t| now.saturating_duration_since(t)),
+                                slot.began.map_or(Duration::ZERO, |t| now.saturating_duration_since(t)),
                             ),
                         };
                         emitter.tool_end(p.call, is_error, elapsed, || now, || content.clone());
@@ -1129,8 +1146,7 @@ impl Agent {
                 slot.began = Some(t0);
                 let result =
                     self.run_call_traced(registry, p, run_cancel, performer, at, hook_ctx, &mut slot.hook_events).await;
-                slot.elapsed = t0.elapsed();
-                slot.result = Some(result);
+                slot.finish(result);
             } else {
                 join_all(batch[i..j].iter().zip(slots[i..j].iter_mut()).map(|(p, slot)| async move {
                     let t0 = Instant::now();
@@ -1138,15 +1154,19 @@ impl Agent {
                     let result = self
                         .run_call_traced(registry, p, run_cancel, performer, at, hook_ctx, &mut slot.hook_events)
                         .await;
-                    slot.elapsed = t0.elapsed();
-                    slot.result = Some(result);
+                    slot.finish(result);
                 }))
                 .await;
             }
             for (p, slot) in batch[i..j].iter().zip(slots[i..j].iter_mut()) {
                 if let Some(r) = &slot.result {
-                    let end = || slot.began.map_or(t0, |b| b + slot.elapsed);
-                    emitter.tool_end(p.call, r.is_error, slot.elapsed, end, || r.content.clone());
+                    emitter.tool_end(
+                        p.call,
+                        r.is_error,
+                        slot.elapsed(),
+                        || slot.ended.unwrap_or(t0),
+                        || r.content.clone(),
+                    );
                     for e in slot.hook_events.drain(..) {
                         emitter.emit(e);
                     }

@@ -390,7 +390,7 @@ async fn plain_tool_call_responses() {
         assert_ne!(r.tool_calls[0].id, r.tool_calls[1].id);
         match api {
             Api::OpenAiResponses => {
-                assert_eq!(r.tool_calls[0].id, "call_unLAR8MvFNptuiZK6K6HCy5k", "the call_id, not the item id");
+                assert_eq!(&*r.tool_calls[0].id, "call_unLAR8MvFNptuiZK6K6HCy5k", "the call_id, not the item id");
                 assert_eq!(r.tool_calls[1].arguments, json!({"zone": "Europe/Paris"}));
             }
             Api::OpenAiChat => {
@@ -400,7 +400,7 @@ async fn plain_tool_call_responses() {
             }
             Api::Anthropic => {
                 assert_eq!(r.text, "Let me check both.");
-                assert_eq!(r.tool_calls[0].id, "toolu_01A09q90qw90lq917835lq9");
+                assert_eq!(&*r.tool_calls[0].id, "toolu_01A09q90qw90lq917835lq9");
                 assert_eq!(r.tool_calls[1].arguments, json!({"zone": "Europe/Paris"}));
             }
         }
@@ -488,9 +488,9 @@ async fn streamed_tool_calls_arrive_as_deltas_and_assemble() {
             })
             .collect();
         assert_eq!(starts.len(), 2, "{api:?}: {deltas:?}");
-        assert_eq!(starts[0], (0, r.tool_calls[0].id.clone(), "get_weather".to_owned()));
+        assert_eq!(starts[0], (0, r.tool_calls[0].id.to_string(), "get_weather".to_owned()));
         assert_eq!(starts[1].0, 1);
-        assert_eq!(starts[1].1, r.tool_calls[1].id);
+        assert_eq!(*starts[1].1, *r.tool_calls[1].id);
         let args0: String = deltas
             .iter()
             .filter_map(|d| match d {

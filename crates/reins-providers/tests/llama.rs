@@ -160,7 +160,7 @@ async fn streamed_tool_calls() {
             Delta::ToolCall { index: 0, id, name } => Some((id.clone(), name.clone())),
             _ => None,
         });
-        assert_eq!(start, Some((call.id.clone(), "get_weather".to_owned())), "{api:?}: {deltas:?}");
+        assert_eq!(start, Some((call.id.to_string(), "get_weather".to_owned())), "{api:?}: {deltas:?}");
         let fragments: Vec<&str> = deltas
             .iter()
             .filter_map(|d| match d {

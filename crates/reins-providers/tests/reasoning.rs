@@ -334,7 +334,7 @@ async fn the_thinking_server_refuses_thinking_that_did_not_come_back_unchanged()
     // The conversation in the middle of the tool loop: up to the result of turn 4 (thinking, redacted, thinking).
     let upto = o.messages.iter().position(|m| matches!(m, Message::ToolResult(r) if r.call_id == "toolu_04")).unwrap();
     let loop_at = o.messages[..=upto].to_vec();
-    let turn1 = loop_at.iter().position(|m| m.tool_calls().first().is_some_and(|c| c.id == "toolu_01")).unwrap();
+    let turn1 = loop_at.iter().position(|m| m.tool_calls().first().is_some_and(|c| &*c.id == "toolu_01")).unwrap();
     let turn4 = upto - 1;
     let ask = |messages: Vec<Message>| {
         let (provider, registry) = (provider.clone(), echo_registry());

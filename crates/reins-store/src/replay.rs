@@ -328,7 +328,7 @@ pub async fn replay_runs(
         if !approvals.asked.is_empty() {
             let asked = approvals.asked;
             builder = builder.policy(move |call: &ToolCall| {
-                match asked.get(&(call.id.clone(), reins::arguments_hash(&call.arguments))) {
+                match asked.get(&(String::from(&*call.id), reins::arguments_hash(&call.arguments))) {
                     Some(reason) => Decision::Ask(reason.clone()),
                     None => Decision::Allow,
                 }

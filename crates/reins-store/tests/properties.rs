@@ -107,7 +107,7 @@ proptest! {
             let calls: Vec<ToolCall> = (0..*n).map(|k| ToolCall::new(format!("{t}-{k}"), "x", serde_json::json!({}))).collect();
             messages.push(Message::assistant("", calls.clone()));
             for c in calls {
-                messages.push(Message::tool_result(c.id, "ok", false));
+                messages.push(Message::tool_result(c.id.to_string(), "ok", false));
             }
         }
         let cut = 1 + cut % messages.len();

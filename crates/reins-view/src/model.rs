@@ -600,9 +600,9 @@ fn item(i: u64, run: u64, step: u64, data: &Value, call_names: &mut HashMap<Stri
             v.calls = tool_calls
                 .into_iter()
                 .map(|c| {
-                    call_names.insert(c.id.clone(), c.name.clone());
+                    call_names.insert(String::from(&*c.id), c.name.clone());
                     let args = serde_json::to_string_pretty(&c.arguments).unwrap_or_default();
-                    CallView { id: c.id, name: c.name, args: Bounded::new(&args) }
+                    CallView { id: String::from(&*c.id), name: c.name, args: Bounded::new(&args) }
                 })
                 .collect();
             v

@@ -98,7 +98,7 @@ impl PendingCall {
 
     /// The call with the arguments it will run with.
     pub fn call(&self) -> ToolCall {
-        ToolCall { id: self.call_id.clone(), name: self.name.clone(), arguments: self.arguments.clone() }
+        ToolCall { id: self.call_id.as_str().into(), name: self.name.clone(), arguments: self.arguments.clone() }
     }
 }
 

@@ -337,25 +337,40 @@ pub type ObserverErrorHook = Arc<dyn Fn(usize, &ObserverError) + Send + Sync>;
 
 /// Sends events to observers, numbering them and containing failures.
 ///
-/// Strings an event repeats are shared, not copied: the run id (held by the one event the emitter
-/// reuses), each call's id (shared by every observer's clone of the event) and the tool names (interned
-/// once per run).
+/// No event is built or dropped per emit on a step's path: the emitter keeps one event for each kind a
+/// step sends (`model_start`, `model_end`, `tool_start`, `tool_end`), made once per run when someone
+/// listens, and an emit of one of them writes its fields in place, dates and numbers it and lends it to
+/// the observers. Other kinds go through one more event the emitter reuses. Strings an event repeats are
+/// shared, not copied: the run id (held by those events), each call's id (the call's own), the tool
+/// names (interned once per run); a call's `tool_end` takes the strings of its `tool_start` when it
+/// comes right after it.
 pub(crate) struct Emitter {
-    /// The event being sent: built once with the run's id, then each emit replaces its number, time and
-    /// kind in place and lends it to the observers (the run id is not shared again per event).
+    /// The event of the kinds a step does not send: each emit replaces its kind.
     event: Event,
+    /// The events of the kinds a step sends (when someone listens).
+    step: Option<Box<StepEvents>>,
+    /// The number of the next event.
+    seq: u64,
     observers: Vec<Arc<dyn Observer>>,
     on_error: Option<ObserverErrorHook>,
     pub(crate) include_content: bool,
     /// The tool names seen so far (at most [`MAX_INTERNED`]).
     names: Vec<Arc<str>>,
-    /// The ids and tool names of the calls whose `tool_start` was sent, and followed by another event,
-    /// and whose `tool_end` was not yet (at most [`MAX_INTERNED`]): a call's two events share its strings.
-    started: Vec<(Arc<str>, Arc<str>)>,
     /// The wall clock and the monotonic clock read together when the emitter was made: an event's time is
     /// the first plus the monotonic time since, so an instant the driver read anyway dates an event
     /// without reading the clock again.
     origin: (SystemTime, Instant),
+    /// The instant and the time of the event sent last (`origin` before any): an event that ends what
+    /// began then is dated by that time plus its duration, without converting an instant again.
+    last: (Instant, SystemTime),
+}
+
+/// The events a step sends, reused from one step to the next.
+struct StepEvents {
+    model_start: Event,
+    model_end: Event,
+    tool_start: Event,
+    tool_end: Event,
 }
 
 /// How many tool names an emitter keeps for reuse; names past it are allocated per event.
@@ -369,21 +384,65 @@ impl Emitter {
         include_content: bool,
     ) -> Self {
         let origin = (SystemTime::now(), Instant::now());
-        let event = Event {
-            run_id,
+        let event = |kind: EventKind| Event {
+            run_id: Arc::clone(&run_id),
             agent: None,
             parent_run_id: None,
             seq: 0,
             ts: origin.0,
-            kind: EventKind::ModelStart { step: 0, messages: 0 },
+            kind,
         };
-        Emitter { event, observers, on_error, include_content, names: Vec::new(), started: Vec::new(), origin }
+        let step = (!observers.is_empty()).then(|| {
+            let blank: Arc<str> = Arc::from("");
+            Box::new(StepEvents {
+                model_start: event(EventKind::ModelStart { step: 0, messages: 0 }),
+                model_end: event(EventKind::ModelEnd {
+                    step: 0,
+                    duration_ms: 0.0,
+                    usage: None,
+                    tool_calls: 0,
+                    text: None,
+                    finish_reason: None,
+                    cost_usd: None,
+                }),
+                tool_start: event(EventKind::ToolStart {
+                    call_id: Arc::clone(&blank),
+                    name: Arc::clone(&blank),
+                    arguments: None,
+                }),
+                tool_end: event(EventKind::ToolEnd {
+                    call_id: Arc::clone(&blank),
+                    name: blank,
+                    is_error: false,
+                    duration_ms: 0.0,
+                    content: None,
+                }),
+            })
+        });
+        let event = event(EventKind::ModelStart { step: 0, messages: 0 });
+        Emitter {
+            event,
+            step,
+            seq: 0,
+            observers,
+            on_error,
+            include_content,
+            names: Vec::new(),
+            origin,
+            last: (origin.1, origin.0),
+        }
     }
 
     /// Tags every event as one of the sub-agent `agent`'s run, started by `parent_run_id`.
     pub(crate) fn tag(&mut self, agent: Arc<str>, parent_run_id: Arc<str>) {
-        self.event.agent = Some(agent);
-        self.event.parent_run_id = Some(parent_run_id);
+        let mut events = vec![&mut self.event];
+        if let Some(s) = self.step.as_deref_mut() {
+            events.extend([&mut s.model_start, &mut s.model_end, &mut s.tool_start, &mut s.tool_end]);
+        }
+        for e in events {
+            e.agent = Some(Arc::clone(&agent));
+            e.parent_run_id = Some(Arc::clone(&parent_run_id));
+        }
     }
 
     /// The run's id.
@@ -391,45 +450,129 @@ impl Emitter {
         &self.event.run_id
     }
 
-    /// `name` as a shared string, the same one each time it is asked for.
-    pub(crate) fn intern(&mut self, name: &str) -> Arc<str> {
-        if let Some(n) = self.names.iter().find(|n| ***n == *name) {
-            return Arc::clone(n);
-        }
-        let n: Arc<str> = Arc::from(name);
-        if self.names.len() < MAX_INTERNED {
-            self.names.push(Arc::clone(&n));
-        }
-        n
+    /// True when someone listens (events are not even built otherwise).
+    pub(crate) fn active(&self) -> bool {
+        !self.observers.is_empty()
     }
 
-    /// Emits `tool_start` for `call` (nothing is built when nobody listens).
+    /// The wall-clock time of `at`.
+    #[inline]
+    fn wall(&self, at: Instant) -> SystemTime {
+        self.origin.0.checked_add(at.saturating_duration_since(self.origin.1)).unwrap_or(self.origin.0)
+    }
+
+    /// The wall-clock time of `at`, the end of what began at `began` and took `elapsed` (`at - began`,
+    /// saturating): when the event sent last was dated `began` (a call's start right before its end), that
+    /// event's time plus `elapsed`, which is the same time [`Emitter::wall`] gives, with less arithmetic.
+    #[inline]
+    fn wall_after(&self, began: Instant, elapsed: Duration, at: Instant) -> SystemTime {
+        if began == self.last.0 && began <= at {
+            self.last.1.checked_add(elapsed).unwrap_or(self.last.1)
+        } else {
+            self.wall(at)
+        }
+    }
+
+    /// Emits `model_start` for `step`, dated `at` (nothing is built when nobody listens).
+    #[inline]
+    pub(crate) fn model_start(&mut self, step: u64, messages: usize, at: Instant) {
+        if self.step.is_none() {
+            return;
+        }
+        let ts = self.wall(at);
+        let Some(s) = self.step.as_deref_mut() else { return };
+        match &mut s.model_start.kind {
+            EventKind::ModelStart { step: st, messages: m } => (*st, *m) = (step, messages),
+            other => *other = EventKind::ModelStart { step, messages },
+        }
+        lend(&self.observers, &self.on_error, &mut s.model_start, &mut self.seq, &mut self.last, (at, ts));
+    }
+
+    /// Emits `model_end` for the call that began at `began` (the instant of its `model_start`) and
+    /// returned at `at`, `elapsed` later.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn model_end(
+        &mut self,
+        step: u64,
+        usage: Option<Usage>,
+        tool_calls: usize,
+        text: Option<String>,
+        finish_reason: Option<FinishReason>,
+        cost_usd: Option<f64>,
+        (began, elapsed, at): (Instant, Duration, Instant),
+    ) {
+        if self.step.is_none() {
+            return;
+        }
+        let ts = self.wall_after(began, elapsed, at);
+        let Some(s) = self.step.as_deref_mut() else { return };
+        let duration_ms = ms(elapsed);
+        match &mut s.model_end.kind {
+            EventKind::ModelEnd {
+                step: st,
+                duration_ms: d,
+                usage: u,
+                tool_calls: t,
+                text: x,
+                finish_reason: f,
+                cost_usd: c,
+            } => {
+                (*st, *d, *u, *t, *c) = (step, duration_ms, usage, tool_calls, cost_usd);
+                *x = text;
+                *f = finish_reason;
+            }
+            other => {
+                *other = EventKind::ModelEnd { step, duration_ms, usage, tool_calls, text, finish_reason, cost_usd }
+            }
+        }
+        lend(&self.observers, &self.on_error, &mut s.model_end, &mut self.seq, &mut self.last, (at, ts));
+    }
+
+    /// Emits `tool_start` for `call`, dated `at` (nothing is built when nobody listens).
     #[inline]
     pub(crate) fn tool_start(&mut self, call: &ToolCall, at: Instant) {
-        if self.active() {
+        if self.step.is_some() {
             self.tool_started(call, at);
         }
     }
 
     fn tool_started(&mut self, call: &ToolCall, at: Instant) {
-        let call_id: Arc<str> = Arc::from(call.id.as_str());
-        let name = self.intern(&call.name);
+        let ts = self.wall(at);
+        let name = intern(&mut self.names, &call.name);
         let arguments = self.include_content.then(|| call.arguments.clone());
-        self.emit_at(EventKind::ToolStart { call_id, name, arguments }, at);
+        let Some(s) = self.step.as_deref_mut() else { return };
+        match &mut s.tool_start.kind {
+            EventKind::ToolStart { call_id, name: n, arguments: a } => {
+                *call_id = Arc::clone(&call.id);
+                *n = name;
+                *a = arguments;
+            }
+            other => *other = EventKind::ToolStart { call_id: Arc::clone(&call.id), name, arguments },
+        }
+        lend(&self.observers, &self.on_error, &mut s.tool_start, &mut self.seq, &mut self.last, (at, ts));
     }
 
-    /// Emits `tool_end` for `call`, dated by `at` (asked only when someone listens).
+    /// Emits `tool_end` for `call`, dated by `at` (asked only when someone listens). `began`, when given,
+    /// is when the call began, `elapsed` before `at`.
     #[inline]
     pub(crate) fn tool_end(
         &mut self,
         call: &ToolCall,
         is_error: bool,
         elapsed: Duration,
+        began: Option<Instant>,
         at: impl FnOnce() -> Instant,
         content: impl FnOnce() -> String,
     ) {
-        if self.active() {
-            self.tool_ended(call, is_error, elapsed, at(), content);
+        if self.step.is_some() {
+            let at = at();
+            let ts = match began {
+                Some(began) => self.wall_after(began, elapsed, at),
+                None => self.wall(at),
+            };
+            let content = self.include_content.then(content);
+            self.tool_ended(call, is_error, elapsed, content, (at, ts));
         }
     }
 
@@ -438,20 +581,33 @@ impl Emitter {
         call: &ToolCall,
         is_error: bool,
         elapsed: Duration,
-        at: Instant,
-        content: impl FnOnce() -> String,
+        content: Option<String>,
+        when: (Instant, SystemTime),
     ) {
-        let (call_id, name) = match self.take_started(call) {
-            Some(strings) => strings,
-            None => (Arc::from(call.id.as_str()), self.intern(&call.name)),
-        };
-        let content = self.include_content.then(content);
-        self.emit_at(EventKind::ToolEnd { call_id, name, is_error, duration_ms: ms(elapsed), content }, at);
-    }
-
-    /// True when someone listens (events are not even built otherwise).
-    pub(crate) fn active(&self) -> bool {
-        !self.observers.is_empty()
+        let Some(s) = self.step.as_deref_mut() else { return };
+        let duration_ms = ms(elapsed);
+        if !matches!(s.tool_end.kind, EventKind::ToolEnd { .. }) {
+            let (call_id, name) = (Arc::clone(&call.id), intern(&mut self.names, &call.name));
+            s.tool_end.kind = EventKind::ToolEnd { call_id, name, is_error, duration_ms, content: None };
+        }
+        if let EventKind::ToolEnd { call_id, name, is_error: e, duration_ms: d, content: c } = &mut s.tool_end.kind {
+            match &mut s.tool_start.kind {
+                // The call's start was sent last: its strings move over (swapped, not shared again).
+                EventKind::ToolStart { call_id: id, name: n, .. }
+                    if (Arc::ptr_eq(id, &call.id) || **id == *call.id) && **n == *call.name =>
+                {
+                    std::mem::swap(call_id, id);
+                    std::mem::swap(name, n);
+                }
+                _ => {
+                    *call_id = Arc::clone(&call.id);
+                    *name = intern(&mut self.names, &call.name);
+                }
+            }
+            (*e, *d) = (is_error, duration_ms);
+            *c = content;
+        }
+        lend(&self.observers, &self.on_error, &mut s.tool_end, &mut self.seq, &mut self.last, when);
     }
 
     /// Sends `kind`, dated now, to every observer.
@@ -464,66 +620,80 @@ impl Emitter {
     }
 
     /// Sends `kind`, dated `at` (an instant the caller read anyway), to every observer.
-    #[inline(always)]
+    #[inline]
     pub(crate) fn emit_at(&mut self, kind: EventKind, at: Instant) {
         if !self.observers.is_empty() {
-            self.send(kind, at);
+            let ts = self.wall(at);
+            self.send(kind, (at, ts));
         }
     }
 
-    fn send(&mut self, kind: EventKind, at: Instant) {
-        self.event.ts = self.origin.0.checked_add(at.saturating_duration_since(self.origin.1)).unwrap_or(self.origin.0);
-        if matches!(self.event.kind, EventKind::ToolStart { .. }) {
-            let sent = std::mem::replace(&mut self.event.kind, kind);
-            self.retire(sent);
-        } else {
-            self.event.kind = kind;
-        }
-        self.dispatch();
-        self.event.seq += 1;
-    }
-
-    /// Lets go of the event sent before: a `tool_start`'s strings are kept (moved, not shared again)
-    /// for its call's `tool_end`, which usually comes right after it and then takes them from the event
-    /// itself (see [`Emitter::take_started`]).
+    /// Sends `kind`, the end of what began at `began` and took `elapsed` until `at`, to every observer.
     #[inline]
-    fn retire(&mut self, sent: EventKind) {
-        if let EventKind::ToolStart { call_id, name, .. } = sent {
-            if self.started.len() >= MAX_INTERNED {
-                self.started.remove(0);
-            }
-            self.started.push((call_id, name));
+    pub(crate) fn emit_after(&mut self, kind: EventKind, began: Instant, elapsed: Duration, at: Instant) {
+        if !self.observers.is_empty() {
+            let ts = self.wall_after(began, elapsed, at);
+            self.send(kind, (at, ts));
         }
     }
 
-    /// The strings of `call`'s `tool_start`: taken from the event just sent when that is it (the common
-    /// case: a call's two events in a row), else from the calls started before.
-    fn take_started(&mut self, call: &ToolCall) -> Option<(Arc<str>, Arc<str>)> {
-        let is_call = |id: &Arc<str>, name: &Arc<str>| **id == *call.id && **name == *call.name;
-        if matches!(&self.event.kind, EventKind::ToolStart { call_id, name, .. } if is_call(call_id, name)) {
-            let placeholder = EventKind::ModelStart { step: 0, messages: 0 };
-            if let EventKind::ToolStart { call_id, name, .. } = std::mem::replace(&mut self.event.kind, placeholder) {
-                return Some((call_id, name));
-            }
-        }
-        let i = self.started.iter().rposition(|(id, name)| is_call(id, name))?;
-        Some(self.started.swap_remove(i))
+    fn send(&mut self, kind: EventKind, when: (Instant, SystemTime)) {
+        self.event.kind = kind;
+        lend(&self.observers, &self.on_error, &mut self.event, &mut self.seq, &mut self.last, when);
     }
+}
 
-    #[inline(never)]
-    fn dispatch(&self) {
-        let event = &self.event;
-        for (i, obs) in self.observers.iter().enumerate() {
-            let result = catch_unwind(AssertUnwindSafe(|| obs.on_event(event)));
-            let err = match result {
-                Ok(Ok(())) => continue,
-                Ok(Err(e)) => e,
-                Err(panic) => ObserverError(format!("observer panicked: {}", panic_message(&panic))),
-            };
-            if let Some(hook) = &self.on_error {
-                let _ = catch_unwind(AssertUnwindSafe(|| hook(i, &err)));
-            }
+/// `name` as a shared string, the same one each time it is asked for (from `names`, which keeps at most
+/// [`MAX_INTERNED`]).
+fn intern(names: &mut Vec<Arc<str>>, name: &str) -> Arc<str> {
+    if let Some(n) = names.iter().find(|n| ***n == *name) {
+        return Arc::clone(n);
+    }
+    let n: Arc<str> = Arc::from(name);
+    if names.len() < MAX_INTERNED {
+        names.push(Arc::clone(&n));
+    }
+    n
+}
+
+/// Numbers and dates `event` (`when`: the instant and its wall-clock time), lends it to every observer,
+/// and remembers it as the event sent last.
+#[inline(always)]
+fn lend(
+    observers: &[Arc<dyn Observer>],
+    on_error: &Option<ObserverErrorHook>,
+    event: &mut Event,
+    seq: &mut u64,
+    last: &mut (Instant, SystemTime),
+    when: (Instant, SystemTime),
+) {
+    event.seq = *seq;
+    event.ts = when.1;
+    *last = when;
+    for (i, obs) in observers.iter().enumerate() {
+        match catch_unwind(AssertUnwindSafe(|| obs.on_event(event))) {
+            Ok(Ok(())) => {}
+            failed => observer_failed(on_error, i, failed),
         }
+    }
+    *seq += 1;
+}
+
+/// Tells the error hook, if any, that observer `i` failed (an error or a panic).
+#[cold]
+#[inline(never)]
+fn observer_failed(
+    on_error: &Option<ObserverErrorHook>,
+    i: usize,
+    failed: std::thread::Result<Result<(), ObserverError>>,
+) {
+    let err = match failed {
+        Ok(Ok(())) => return,
+        Ok(Err(e)) => e,
+        Err(panic) => ObserverError(format!("observer panicked: {}", panic_message(&panic))),
+    };
+    if let Some(hook) = on_error {
+        let _ = catch_unwind(AssertUnwindSafe(|| hook(i, &err)));
     }
 }
 

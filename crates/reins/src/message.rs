@@ -13,7 +13,7 @@ use crate::image::Image;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
     /// The id the model gave the call; its result carries the same id.
-    pub id: String,
+    pub id: std::sync::Arc<str>,
     /// The tool's name.
     pub name: String,
     /// The arguments as the model sent them.
@@ -22,7 +22,7 @@ pub struct ToolCall {
 
 impl ToolCall {
     /// A call with the given id, name and arguments.
-    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: serde_json::Value) -> Self {
+    pub fn new(id: impl Into<std::sync::Arc<str>>, name: impl Into<String>, arguments: serde_json::Value) -> Self {
         Self { id: id.into(), name: name.into(), arguments }
     }
 }

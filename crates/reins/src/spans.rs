@@ -389,7 +389,7 @@ fn tool_span_built(call: &ToolCall, content: bool) -> Span {
         otel.status_description = Empty,
         gen_ai.operation.name = "execute_tool",
         gen_ai.tool.name = call.name.as_str(),
-        gen_ai.tool.call.id = call.id.as_str(),
+        gen_ai.tool.call.id = &*call.id,
         gen_ai.tool.type = "function",
         error.type = Empty,
         gen_ai.tool.call.arguments = Empty,

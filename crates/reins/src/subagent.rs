@@ -163,11 +163,8 @@ impl RunScope {
                     j += 1;
                 }
             }
-            let agents: Vec<&str> = batch[i..j]
-                .iter()
-                .filter(|p| tool(p).is_some_and(|t| t.sub_agent()))
-                .map(|p| p.call.id.as_str())
-                .collect();
+            let agents: Vec<&str> =
+                batch[i..j].iter().filter(|p| tool(p).is_some_and(|t| t.sub_agent())).map(|p| &*p.call.id).collect();
             let n = agents.len() as u64;
             shares.extend(agents.into_iter().map(|id| (id.to_owned(), n)));
             i = j;

@@ -172,7 +172,7 @@ impl Transcript {
                             return err(format!("call id {:?} appears twice in one turn", c.id));
                         }
                     }
-                    self.pending.extend(tool_calls.iter().map(|c| c.id.clone()));
+                    self.pending.extend(tool_calls.iter().map(|c| String::from(&*c.id)));
                 }
                 self.group_starts.push(index);
             }

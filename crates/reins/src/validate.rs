@@ -199,7 +199,7 @@ pub fn check_response(r: &ModelResponse) -> Result<(), ResponseError> {
             return Err(ResponseError(format!("tool call {i} ({:?}) has an empty name", call.id)));
         }
         let repeated = if r.tool_calls.len() > 16 {
-            !ids.insert(call.id.as_str())
+            !ids.insert(&*call.id)
         } else {
             r.tool_calls[..i].iter().any(|c| c.id == call.id)
         };
@@ -295,7 +295,7 @@ fn parse_call(i: usize, v: &Value) -> Result<ToolCall, ResponseError> {
         None => return Err(ResponseError(format!("tool call {i} ({id:?}) carries no arguments"))),
         Some(a) => a.clone(),
     };
-    Ok(ToolCall { id, name, arguments })
+    Ok(ToolCall { id: id.into(), name, arguments })
 }
 
 fn parse_usage(v: &Value) -> Result<Usage, ResponseError> {

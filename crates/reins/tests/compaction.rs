@@ -82,7 +82,7 @@ fn check_request(req: &ModelRequest) {
             }
             other => {
                 assert!(pending.is_empty(), "a call without its result before {other:?}");
-                pending = other.tool_calls().iter().map(|c| c.id.clone()).collect();
+                pending = other.tool_calls().iter().map(|c| c.id.to_string()).collect();
             }
         }
     }

@@ -107,7 +107,7 @@ fn selection_keeps_the_first_message_and_the_newest_whole_groups() {
     let sel = t.select(Some(5 + 26 * 3 + 10), "characters").unwrap();
     assert_eq!(sel.len(), 1 + 2 * 3);
     assert_eq!(sel.get(0), Some(&Message::user("first")));
-    assert!(matches!(sel.get(1), Some(Message::Assistant { tool_calls, .. }) if tool_calls[0].id == "c7"));
+    assert!(matches!(sel.get(1), Some(Message::Assistant { tool_calls, .. }) if &*tool_calls[0].id == "c7"));
     let err = t.select(Some(5 + 20), "characters").unwrap_err();
     assert!(err.0.contains("newest group") && err.0.contains("26 characters"), "{}", err.0);
     let err = t.select(Some(4), "characters").unwrap_err();

@@ -483,7 +483,7 @@ async fn the_run_state_serializes_and_resumes_mid_run() {
     let ids: Vec<String> = match restored.next_action(&reg, &ctx) {
         reins::Action::RunTools(b) => {
             assert!(b.iter().all(|p| *p.plan == reins::Plan::Run));
-            b.iter().map(|p| p.call.id.clone()).collect()
+            b.iter().map(|p| p.call.id.to_string()).collect()
         }
         a => panic!("{a:?}"),
     };

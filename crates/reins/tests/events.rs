@@ -240,3 +240,83 @@ async fn a_call_cut_short_reports_the_time_it_ran() {
         }
     }
 }
+
+/// Each `tool_end` names the call its `tool_start` named — in a parallel batch (three starts, then three
+/// ends), one call at a time, and when a later turn reuses an id — and both events share the call's
+/// strings rather than copies.
+#[tokio::test]
+async fn tool_events_pair_up_in_parallel_and_sequential_batches() {
+    let runs = Runs::default();
+    let registry =
+        reins::Registry::builder().tool(echo(&runs).parallel()).tool(fail(&runs).parallel()).build().unwrap();
+    let model = scripted(vec![
+        calls(vec![echo_call("a", "x"), call("b", "fail", serde_json::json!({"message": "no"})), echo_call("c", "y")]),
+        calls(vec![echo_call("d", "z")]),
+        calls(vec![call("a", "fail", serde_json::json!({"message": "again"}))]),
+        answer("done"),
+    ]);
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let agent = reins::Agent::builder_shared(model).registry(registry).observer(collect(&events)).build().unwrap();
+    is_status(&run(&agent).await, Status::Completed);
+    let events = events.lock().unwrap().clone();
+    let mut order = Vec::new();
+    let mut open: Vec<(Arc<str>, Arc<str>)> = Vec::new();
+    for e in &events {
+        match &e.kind {
+            EventKind::ToolStart { call_id, name, .. } => {
+                order.push(format!("start {call_id} {name}"));
+                open.push((call_id.clone(), name.clone()));
+            }
+            EventKind::ToolEnd { call_id, name, is_error, .. } => {
+                order.push(format!("end {call_id} {name} {is_error}"));
+                let i = open.iter().position(|(id, _)| id == call_id).expect("a start before each end");
+                let (id, n) = open.remove(i);
+                assert!(Arc::ptr_eq(&id, call_id) && Arc::ptr_eq(&n, name), "shared strings for {call_id}");
+            }
+            _ => {}
+        }
+    }
+    assert!(open.is_empty(), "every start has its end: {open:?}");
+    // An end is dated no earlier than its start plus its duration (exactly that for a model call and
+    // for a call run alone; a call of a parallel batch may begin after the batch's start).
+    let ms_between = |a: &Event, b: &Event| b.ts.duration_since(a.ts).unwrap().as_secs_f64() * 1000.0;
+    for w in events.windows(2) {
+        match (&w[0].kind, &w[1].kind) {
+            (EventKind::ModelStart { .. }, EventKind::ModelEnd { duration_ms, .. }) => {
+                assert!((ms_between(&w[0], &w[1]) - duration_ms).abs() < 1e-3, "{:?} then {:?}", w[0], w[1]);
+            }
+            (EventKind::ToolStart { call_id: a, .. }, EventKind::ToolEnd { call_id: b, duration_ms, .. }) if a == b => {
+                assert!((ms_between(&w[0], &w[1]) - duration_ms).abs() < 1e-3, "{:?} then {:?}", w[0], w[1]);
+            }
+            _ => {}
+        }
+    }
+    for (i, e) in events.iter().enumerate() {
+        if let EventKind::ToolEnd { call_id, duration_ms, .. } = &e.kind {
+            let start = events[..i]
+                .iter()
+                .rev()
+                .find(|s| matches!(&s.kind, EventKind::ToolStart { call_id: id, .. } if id == call_id))
+                .unwrap();
+            assert!(ms_between(start, e) >= duration_ms - 1e-3, "{start:?} then {e:?}");
+        }
+        if i > 0 {
+            assert!(e.ts >= events[i - 1].ts, "in time order: {:?} then {e:?}", events[i - 1]);
+        }
+    }
+    assert_eq!(
+        order,
+        [
+            "start a echo",
+            "start b fail",
+            "start c echo",
+            "end a echo false",
+            "end b fail true",
+            "end c echo false",
+            "start d echo",
+            "end d echo false",
+            "start a fail",
+            "end a fail true",
+        ]
+    );
+}

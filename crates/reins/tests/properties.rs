@@ -161,7 +161,7 @@ proptest! {
         prop_assert!(t.as_ref().is_ok_and(|t| t.is_complete()), "{:?}\n{:?}", t.err(), o.messages);
         // A call ran only if it was recorded, valid, and its batch fit the budget.
         let ran = ran.lock().unwrap().clone();
-        let recorded: HashSet<String> = o.messages.iter().flat_map(|m| m.tool_calls().iter().map(|c| c.id.clone())).collect();
+        let recorded: HashSet<String> = o.messages.iter().flat_map(|m| m.tool_calls().iter().map(|c| c.id.to_string())).collect();
         for id in &ran {
             prop_assert!(recorded.contains(id), "{id} ran but its turn was refused");
         }
@@ -180,7 +180,7 @@ proptest! {
             for c in m.tool_calls() {
                 let valid = (c.name == "rec" || c.name == "recpar") && c.arguments["text"].is_string() || c.name == "recfail";
                 if !valid {
-                    prop_assert!(!ran.contains(&c.id), "invalid call {} ran", c.id);
+                    prop_assert!(!ran.contains(&c.id.to_string()), "invalid call {} ran", c.id);
                 }
             }
         }

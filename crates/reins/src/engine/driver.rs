@@ -715,7 +715,7 @@ impl Agent {
                     }
                     let step = state.steps() + 1;
                     let t0 = Instant::now();
-                    emitter.emit_at(EventKind::ModelStart { step, messages: request.messages.len() }, t0);
+                    emitter.model_start(step, request.messages.len(), t0);
                     let chat = spans::chat_span(info, step, span_session);
                     if span_content {
                         spans::chat_request(&chat, &request);
@@ -764,21 +764,12 @@ impl Agent {
                         match (&admission, summary) {
                             (Admission::Ended(Status::ModelError), _) | (_, None) => {
                                 let error = state.outcome().error.unwrap_or_default();
-                                emitter.emit_at(EventKind::ModelError { step, duration_ms: ms(elapsed), error }, t1);
+                                let kind = EventKind::ModelError { step, duration_ms: ms(elapsed), error };
+                                emitter.emit_after(kind, t0, elapsed, t1);
                             }
                             (_, Some((usage, tool_calls, text, finish_reason, cost_usd))) => {
-                                emitter.emit_at(
-                                    EventKind::ModelEnd {
-                                        step,
-                                        duration_ms: ms(elapsed),
-                                        usage,
-                                        tool_calls,
-                                        text,
-                                        finish_reason,
-                                        cost_usd,
-                                    },
-                                    t1,
-                                );
+                                let when = (t0, elapsed, t1);
+                                emitter.model_end(step, usage, tool_calls, text, finish_reason, cost_usd, when);
                             }
                         }
                         if let Admission::Ended(status) = &admission {
@@ -1047,7 +1038,7 @@ impl Agent {
                                 slot.began.map_or(Duration::ZERO, |t| now.saturating_duration_since(t)),
                             ),
                         };
-                        emitter.tool_end(p.call, is_error, elapsed, || now, || content.clone());
+                        emitter.tool_end(p.call, is_error, elapsed, None, || now, || content.clone());
                     }
                     if let Some((Status::Timeout, reason)) = &end {
                         emitter.emit(EventKind::LimitHit { status: Status::Timeout, detail: reason.clone() });
@@ -1164,6 +1155,7 @@ impl Agent {
                         p.call,
                         r.is_error,
                         slot.elapsed(),
+                        slot.began,
                         || slot.ended.unwrap_or(t0),
                         || r.content.clone(),
                     );
@@ -1218,7 +1210,7 @@ impl Agent {
                         emitter.emit(EventKind::Hook {
                             hook_event: HookEvent::PreTool.as_str().into(),
                             hook: hook.name().to_owned(),
-                            call_id: Some(call.id.clone()),
+                            call_id: Some(String::from(&*call.id)),
                             decision: decision.into(),
                             reason,
                             error,
@@ -1313,7 +1305,7 @@ impl Agent {
             events.push(EventKind::Hook {
                 hook_event: HookEvent::PostTool.as_str().into(),
                 hook: hook.name().to_owned(),
-                call_id: Some(p.call.id.clone()),
+                call_id: Some(String::from(&*p.call.id)),
                 decision: decision.into(),
                 reason: None,
                 error,
@@ -1435,7 +1427,7 @@ impl Agent {
         // run's token (cancellation and deadline), which spares a token per call on the hot path.
         let call_cancel = self.limits.tool_timeout.map(|_| run_cancel.child_token());
         let cancel = call_cancel.clone().unwrap_or_else(|| run_cancel.clone());
-        let ctx = ToolContext::in_run(p.call.id.clone(), cancel, Arc::clone(at.key_prefix), at.step);
+        let ctx = ToolContext::in_run(String::from(&*p.call.id), cancel, Arc::clone(at.key_prefix), at.step);
         let fut = AssertUnwindSafe(tool.call(p.call.arguments.clone(), ctx)).catch_unwind();
         let result = match self.limits.tool_timeout {
             Some(t) => tokio::time::timeout(t, fut).await.ok(),

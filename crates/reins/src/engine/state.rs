@@ -860,7 +860,7 @@ impl RunState {
         if let [call] = tool_calls.as_slice() {
             if call.name == FINAL_ANSWER_TOOL && registry.check(FINAL_ANSWER_TOOL, &call.arguments).is_ok() {
                 let Some(value) = unwrap(&call.arguments) else { return Err((text, tool_calls)) };
-                let call_id = call.id.clone();
+                let call_id = String::from(&*call.id);
                 let answer = value.to_string();
                 if let Err(e) = self.push_turn(text, tool_calls, counter) {
                     return Ok(self.end(Status::ModelError, None, Some(e.to_string())));
@@ -1038,7 +1038,7 @@ impl RunState {
                 let edit = edits.get(i).and_then(Option::as_ref);
                 let arguments = edit.map_or(&call.arguments, |e| &e.call.arguments);
                 PendingCall {
-                    call_id: call.id.clone(),
+                    call_id: String::from(&*call.id),
                     name: call.name.clone(),
                     arguments: arguments.clone(),
                     arguments_hash: arguments_hash(arguments),
@@ -1142,7 +1142,7 @@ impl RunState {
         let calls = self.transcript.last().map_or(&[][..], Message::tool_calls);
         let index = calls
             .iter()
-            .position(|c| c.id == decision.call_id)
+            .position(|c| *c.id == *decision.call_id)
             .filter(|i| matches!(plans.get(*i), Some(Plan::Ask { .. })))
             .ok_or_else(|| DecisionError::UnknownCall(decision.call_id.clone()))?;
         let Some(current) = self.batch_call(index) else {

@@ -101,7 +101,7 @@ pub fn decode_messages(data: &[u8]) -> (Option<u64>, Vec<Message>) {
                     let args = serde_json::json!({ "text": r.text() });
                     calls.push(ToolCall::new(id, "echo", args));
                 }
-                pending = calls.iter().map(|c| c.id.clone()).collect();
+                pending = calls.iter().map(|c| c.id.to_string()).collect();
                 messages.push(Message::assistant(content, calls));
             }
             10 => {

@@ -539,16 +539,21 @@ impl Emitter {
 
     fn tool_started(&mut self, call: &ToolCall, at: Instant) {
         let ts = self.wall(at);
-        let name = intern(&mut self.names, &call.name);
         let arguments = self.include_content.then(|| call.arguments.clone());
         let Some(s) = self.step.as_deref_mut() else { return };
         match &mut s.tool_start.kind {
-            EventKind::ToolStart { call_id, name: n, arguments: a } => {
+            EventKind::ToolStart { call_id, name, arguments: a } => {
                 *call_id = Arc::clone(&call.id);
-                *n = name;
+                // The event still holds the name of an earlier call: kept when it is this one's.
+                if **name != *call.name {
+                    *name = intern(&mut self.names, &call.name);
+                }
                 *a = arguments;
             }
-            other => *other = EventKind::ToolStart { call_id: Arc::clone(&call.id), name, arguments },
+            other => {
+                let name = intern(&mut self.names, &call.name);
+                *other = EventKind::ToolStart { call_id: Arc::clone(&call.id), name, arguments };
+            }
         }
         lend(&self.observers, &self.on_error, &mut s.tool_start, &mut self.seq, &mut self.last, (at, ts));
     }

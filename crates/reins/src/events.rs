@@ -6,8 +6,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use crate::cost::Price;
 use crate::message::ToolCall;
-use crate::model::FinishReason;
+use crate::model::{FinishReason, ModelResponse};
 use crate::outcome::Status;
 use crate::usage::{Usage, UsageTotals};
 
@@ -488,43 +489,50 @@ impl Emitter {
         lend(&self.observers, &self.on_error, &mut s.model_start, &mut self.seq, &mut self.last, (at, ts));
     }
 
-    /// Emits `model_end` for the call that began at `began` (the instant of its `model_start`) and
-    /// returned at `at`, `elapsed` later.
+    /// Writes the `model_end` of `response` (the answer of `step`'s call, priced by `price` when known)
+    /// into its event, in place, to be sent by [`Emitter::send_model_end`] once the response is admitted.
     #[inline]
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn model_end(
-        &mut self,
-        step: u64,
-        usage: Option<Usage>,
-        tool_calls: usize,
-        text: Option<String>,
-        finish_reason: Option<FinishReason>,
-        cost_usd: Option<f64>,
-        (began, elapsed, at): (Instant, Duration, Instant),
-    ) {
+    pub(crate) fn stage_model_end(&mut self, step: u64, response: &ModelResponse, price: Option<&Price>) {
+        let include_content = self.include_content;
+        let Some(s) = self.step.as_deref_mut() else { return };
+        let usage = response.usage;
+        let tool_calls = response.tool_calls.len();
+        let cost_usd = price.zip(usage.as_ref()).map(|(p, u)| p.cost(u));
+        match &mut s.model_end.kind {
+            EventKind::ModelEnd { step: st, usage: u, tool_calls: t, text, finish_reason, cost_usd: c, .. } => {
+                (*st, *u, *t, *c) = (step, usage, tool_calls, cost_usd);
+                if include_content {
+                    *text = Some(response.text.clone());
+                }
+                if *finish_reason != response.finish_reason {
+                    finish_reason.clone_from(&response.finish_reason);
+                }
+            }
+            other => {
+                *other = EventKind::ModelEnd {
+                    step,
+                    duration_ms: 0.0,
+                    usage,
+                    tool_calls,
+                    text: include_content.then(|| response.text.clone()),
+                    finish_reason: response.finish_reason.clone(),
+                    cost_usd,
+                }
+            }
+        }
+    }
+
+    /// Sends the `model_end` written by [`Emitter::stage_model_end`] for the call that began at `began`
+    /// (the instant of its `model_start`) and returned at `at`, `elapsed` later.
+    #[inline]
+    pub(crate) fn send_model_end(&mut self, began: Instant, elapsed: Duration, at: Instant) {
         if self.step.is_none() {
             return;
         }
         let ts = self.wall_after(began, elapsed, at);
         let Some(s) = self.step.as_deref_mut() else { return };
-        let duration_ms = ms(elapsed);
-        match &mut s.model_end.kind {
-            EventKind::ModelEnd {
-                step: st,
-                duration_ms: d,
-                usage: u,
-                tool_calls: t,
-                text: x,
-                finish_reason: f,
-                cost_usd: c,
-            } => {
-                (*st, *d, *u, *t, *c) = (step, duration_ms, usage, tool_calls, cost_usd);
-                *x = text;
-                *f = finish_reason;
-            }
-            other => {
-                *other = EventKind::ModelEnd { step, duration_ms, usage, tool_calls, text, finish_reason, cost_usd }
-            }
+        if let EventKind::ModelEnd { duration_ms, .. } = &mut s.model_end.kind {
+            *duration_ms = ms(elapsed);
         }
         lend(&self.observers, &self.on_error, &mut s.model_end, &mut self.seq, &mut self.last, (at, ts));
     }

@@ -749,11 +749,9 @@ impl Agent {
                     }
                     spans::chat_response(&chat, response.as_ref(), span_content, state.price());
                     let answered = response.is_ok();
-                    let summary = response.as_ref().ok().filter(|_| emitter.active()).map(|r| {
-                        let cost_usd = state.price().zip(r.usage.as_ref()).map(|(p, u)| p.cost(u));
-                        let text = include_content.then(|| r.text.clone());
-                        (r.usage, r.tool_calls.len(), text, r.finish_reason.clone(), cost_usd)
-                    });
+                    if let Ok(r) = &response {
+                        emitter.stage_model_end(step, r, state.price());
+                    }
                     let admission = state.on_model_response(response, &registry, self.policy.as_deref(), &self.context);
                     if answered && !chat.is_disabled() && matches!(admission, Admission::Ended(Status::ModelError)) {
                         let error = state.outcome().error.unwrap_or_default();
@@ -761,16 +759,12 @@ impl Agent {
                     }
                     drop(chat);
                     if emitter.active() {
-                        match (&admission, summary) {
-                            (Admission::Ended(Status::ModelError), _) | (_, None) => {
-                                let error = state.outcome().error.unwrap_or_default();
-                                let kind = EventKind::ModelError { step, duration_ms: ms(elapsed), error };
-                                emitter.emit_after(kind, t0, elapsed, t1);
-                            }
-                            (_, Some((usage, tool_calls, text, finish_reason, cost_usd))) => {
-                                let when = (t0, elapsed, t1);
-                                emitter.model_end(step, usage, tool_calls, text, finish_reason, cost_usd, when);
-                            }
+                        if answered && !matches!(admission, Admission::Ended(Status::ModelError)) {
+                            emitter.send_model_end(t0, elapsed, t1);
+                        } else {
+                            let error = state.outcome().error.unwrap_or_default();
+                            let kind = EventKind::ModelError { step, duration_ms: ms(elapsed), error };
+                            emitter.emit_after(kind, t0, elapsed, t1);
                         }
                         if let Admission::Ended(status) = &admission {
                             if !matches!(status, Status::ModelError | Status::Aborted) {

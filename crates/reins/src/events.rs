@@ -566,20 +566,18 @@ impl Emitter {
         lend(&self.observers, &self.on_error, &mut s.tool_start, &mut self.seq, &mut self.last, (at, ts));
     }
 
-    /// Emits `tool_end` for `call`, dated by `at` (asked only when someone listens). `began`, when given,
-    /// is when the call began, `elapsed` before `at`.
+    /// Emits `tool_end` for `call`. `when` (asked only when someone listens) gives how long the call took,
+    /// when it began if known (`elapsed` before the end), and the instant that dates the end.
     #[inline]
     pub(crate) fn tool_end(
         &mut self,
         call: &ToolCall,
         is_error: bool,
-        elapsed: Duration,
-        began: Option<Instant>,
-        at: impl FnOnce() -> Instant,
+        when: impl FnOnce() -> (Duration, Option<Instant>, Instant),
         content: impl FnOnce() -> String,
     ) {
         if self.step.is_some() {
-            let at = at();
+            let (elapsed, began, at) = when();
             let ts = match began {
                 Some(began) => self.wall_after(began, elapsed, at),
                 None => self.wall(at),

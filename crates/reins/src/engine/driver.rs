@@ -1032,7 +1032,7 @@ impl Agent {
                                 slot.began.map_or(Duration::ZERO, |t| now.saturating_duration_since(t)),
                             ),
                         };
-                        emitter.tool_end(p.call, is_error, elapsed, None, || now, || content.clone());
+                        emitter.tool_end(p.call, is_error, || (elapsed, None, now), || content.clone());
                     }
                     if let Some((Status::Timeout, reason)) = &end {
                         emitter.emit(EventKind::LimitHit { status: Status::Timeout, detail: reason.clone() });
@@ -1145,14 +1145,8 @@ impl Agent {
             }
             for (p, slot) in batch[i..j].iter().zip(slots[i..j].iter_mut()) {
                 if let Some(r) = &slot.result {
-                    emitter.tool_end(
-                        p.call,
-                        r.is_error,
-                        slot.elapsed(),
-                        slot.began,
-                        || slot.ended.unwrap_or(t0),
-                        || r.content.clone(),
-                    );
+                    let when = || (slot.elapsed(), slot.began, slot.ended.unwrap_or(t0));
+                    emitter.tool_end(p.call, r.is_error, when, || r.content.clone());
                     for e in slot.hook_events.drain(..) {
                         emitter.emit(e);
                     }

@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use clap::Args;
 use reins::{Delta, DeltaSink, Event, EventKind, Message, Model, ModelError, ModelRequest, ModelResponse};
 use reins::{ObserverError, Outcome, RunState, Status};
+use reins_cli::chat_line::{Said, parse};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
@@ -173,33 +174,6 @@ async fn session_loop(
         return Ok(crate::exit::code_for(Status::Aborted));
     }
     Ok(0)
-}
-
-/// What the person typed.
-#[derive(Debug, PartialEq, Eq)]
-enum Said<'a> {
-    /// Only blanks.
-    Nothing,
-    /// A message for the model, as typed (`//text` is `/text`).
-    Message(&'a str),
-    /// `/WORD REST` (REST trimmed).
-    Command(&'a str, &'a str),
-}
-
-/// Reads a message: `/WORD ARGS` is a command, `//text` the message `/text`, anything else a message.
-fn parse(text: &str) -> Said<'_> {
-    let trimmed = text.trim();
-    if trimmed.is_empty() {
-        return Said::Nothing;
-    }
-    match trimmed.strip_prefix('/') {
-        Some(escaped) if escaped.starts_with('/') => Said::Message(&text.trim_start()[1..]),
-        Some(command) => {
-            let (word, rest) = command.split_once(char::is_whitespace).unwrap_or((command, ""));
-            Said::Command(word, rest.trim())
-        }
-        None => Said::Message(text),
-    }
 }
 
 /// `reins chat`'s default beneath every layer: approvals for writes.
@@ -761,42 +735,6 @@ impl crate::approve_cli::Answers for ChatAnswers {
                 // The driver waits for this answer and for the turn's cancellation together: it takes the
                 // cancellation (the turn ends `aborted`, not waiting for an approval) and drops this wait.
                 std::future::pending().await
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    #[test]
-    fn commands_messages_and_escapes() {
-        assert_eq!(parse("  "), Said::Nothing);
-        assert_eq!(parse("/exit"), Said::Command("exit", ""));
-        assert_eq!(parse(" /resume  abc-1 \n"), Said::Command("resume", "abc-1"));
-        assert_eq!(parse("//etc/passwd is a path"), Said::Message("/etc/passwd is a path"));
-        assert_eq!(parse("hello /exit"), Said::Message("hello /exit"));
-        assert_eq!(parse("two\nlines"), Said::Message("two\nlines"));
-    }
-
-    proptest! {
-        #[test]
-        fn parsing_never_panics_and_keeps_every_message_whole(text in "\\PC{0,40}", slash in any::<bool>()) {
-            let text = if slash { format!("/{text}") } else { text };
-            match parse(&text) {
-                Said::Nothing => prop_assert!(text.trim().is_empty()),
-                Said::Message(m) if text.trim_start().starts_with("//") => prop_assert_eq!(format!("/{m}"), text.trim_start()),
-                Said::Message(m) => {
-                    prop_assert_eq!(m, text.as_str());
-                    prop_assert!(!text.trim_start().starts_with('/'));
-                }
-                Said::Command(word, rest) => {
-                    prop_assert!(text.trim_start().starts_with('/'));
-                    prop_assert!(!word.starts_with('/') && !word.chars().any(char::is_whitespace));
-                    prop_assert_eq!(rest, rest.trim());
-                }
             }
         }
     }

@@ -1,0 +1,64 @@
+//! A line typed into `reins chat`: a message for the model, or a `/command`.
+
+/// What the person typed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Said<'a> {
+    /// Only blanks.
+    Nothing,
+    /// A message for the model, as typed (`//text` is `/text`).
+    Message(&'a str),
+    /// `/WORD REST` (REST trimmed).
+    Command(&'a str, &'a str),
+}
+
+/// Reads a message: `/WORD ARGS` is a command, `//text` the message `/text`, anything else a message.
+pub fn parse(text: &str) -> Said<'_> {
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Said::Nothing;
+    }
+    match trimmed.strip_prefix('/') {
+        Some(escaped) if escaped.starts_with('/') => Said::Message(&text.trim_start()[1..]),
+        Some(command) => {
+            let (word, rest) = command.split_once(char::is_whitespace).unwrap_or((command, ""));
+            Said::Command(word, rest.trim())
+        }
+        None => Said::Message(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn commands_messages_and_escapes() {
+        assert_eq!(parse("  "), Said::Nothing);
+        assert_eq!(parse("/exit"), Said::Command("exit", ""));
+        assert_eq!(parse(" /resume  abc-1 \n"), Said::Command("resume", "abc-1"));
+        assert_eq!(parse("//etc/passwd is a path"), Said::Message("/etc/passwd is a path"));
+        assert_eq!(parse("hello /exit"), Said::Message("hello /exit"));
+        assert_eq!(parse("two\nlines"), Said::Message("two\nlines"));
+    }
+
+    proptest! {
+        #[test]
+        fn parsing_never_panics_and_keeps_every_message_whole(text in "\\PC{0,40}", slash in any::<bool>()) {
+            let text = if slash { format!("/{text}") } else { text };
+            match parse(&text) {
+                Said::Nothing => prop_assert!(text.trim().is_empty()),
+                Said::Message(m) if text.trim_start().starts_with("//") => prop_assert_eq!(format!("/{m}"), text.trim_start()),
+                Said::Message(m) => {
+                    prop_assert_eq!(m, text.as_str());
+                    prop_assert!(!text.trim_start().starts_with('/'));
+                }
+                Said::Command(word, rest) => {
+                    prop_assert!(text.trim_start().starts_with('/'));
+                    prop_assert!(!word.starts_with('/') && !word.chars().any(char::is_whitespace));
+                    prop_assert_eq!(rest, rest.trim());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,8 @@
+//! The parsers of what the `reins` command reads from people and the environment, apart from the binary
+//! (`src/main.rs`, which uses them) so that the fuzz targets in `fuzz/` can reach them: a line typed into
+//! `reins chat` ([`chat_line`]), the lines of its history file ([`history_lines`]) and the `--otlp` flag with the
+//! standard OpenTelemetry variables ([`otel_env`]).
+
+pub mod chat_line;
+pub mod history_lines;
+pub mod otel_env;

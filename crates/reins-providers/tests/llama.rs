@@ -206,16 +206,19 @@ async fn reins_runs_a_real_tool_call_through_each_adapter() {
     let url = llama_url().await;
     for api in APIS {
         // A 270M base model samples its tool call; now and then llama.cpp itself cannot parse what it wrote and
-        // answers HTTP 500 ("Failed to parse tool call arguments"). That is the server refusing its model's
-        // output, not Reins: such a run is tried again, up to four times; any other failure fails at once.
+        // answers HTTP 500 ("Failed to parse tool call arguments"), or the call it wrote does not match the
+        // tool's schema and Reins refuses it (an error result; the tool never runs). That is the model's sampling,
+        // not the adapter: such a run is tried again, up to four times; any other failure fails at once.
         let mut attempt = 0;
         let (outcome, cities) = loop {
             attempt += 1;
             let (outcome, cities) = weather_run(api, &url).await;
             let server_parse_failure = outcome.status == Status::ModelError
                 && outcome.error.as_deref().is_some_and(|e| e.contains("Failed to parse tool call arguments"));
-            if server_parse_failure && attempt < 4 {
-                eprintln!("{api:?}: attempt {attempt}: llama.cpp could not parse its model's tool call; again");
+            let refused_call =
+                cities.is_empty() && outcome.messages.iter().any(|m| matches!(m, Message::ToolResult(r) if r.is_error));
+            if (server_parse_failure || refused_call) && attempt < 4 {
+                eprintln!("{api:?}: attempt {attempt}: the model's tool call was refused ({:?}); again", outcome.error);
                 continue;
             }
             break (outcome, cities);

@@ -303,6 +303,7 @@
     span(head, 'role', it.role === 'tool' ? 'tool result' : it.role === 'summary' ? 'compaction summary' : it.role);
     var where = '#' + it.i + ' · run ' + it.run + ' · ' + (it.step > 0 ? 'step ' + it.step : 'before the first step');
     if (it.role === 'summary') where += ' · replaces ' + it.replaces + ' item(s)';
+    if (it.reasoning) where += ' · ' + it.reasoning.items + ' reasoning item(s), sent back to ' + it.reasoning.api + ' only';
     head.appendChild(document.createTextNode(where));
     node.appendChild(head);
     if (it.role === 'tool') {

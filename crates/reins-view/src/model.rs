@@ -175,6 +175,19 @@ pub struct ItemView {
     /// A summary: how many items it replaces.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replaces: Option<u64>,
+    /// An assistant turn's reasoning items (opaque: only how many, and the API they go back to).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<ReasoningView>,
+}
+
+/// The reasoning items of an assistant turn, as the page tells them: they are sent back to the API that made them
+/// and are not readable text (a signed or encrypted item), so the page says how many and to which API.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ReasoningView {
+    /// How many.
+    pub items: u64,
+    /// The API of the first (a turn's items all come from one).
+    pub api: String,
 }
 
 /// A proposed tool call.
@@ -591,12 +604,15 @@ fn item(i: u64, run: u64, step: u64, data: &Value, call_names: &mut HashMap<Stri
         tool: None,
         is_error: false,
         replaces: None,
+        reasoning: None,
     };
     match serde_json::from_value::<Message>(data.clone()) {
         Ok(Message::User { content, .. }) => base("user", &content),
-        Ok(Message::Assistant { content, tool_calls, .. }) => {
+        Ok(Message::Assistant { content, tool_calls, reasoning }) => {
             call_names.clear();
             let mut v = base("assistant", &content);
+            v.reasoning =
+                reasoning.first().map(|first| ReasoningView { items: reasoning.len() as u64, api: first.api.clone() });
             v.calls = tool_calls
                 .into_iter()
                 .map(|c| {

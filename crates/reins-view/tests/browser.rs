@@ -78,6 +78,7 @@ fn the_page_loads_from_file_with_no_console_message_and_no_request_and_shows_eve
     assert_eq!(dom.matches("class=\"bar tool error").count(), 1, "the failed tool call in colour");
     assert!(dom.contains("class=\"mark compaction"), "the compaction is marked");
     assert!(dom.contains("class=\"mark approval"), "the approval is marked");
+    assert!(dom.contains("1 reasoning item(s), sent back to anthropic only"), "the reasoning item is told");
     for it in &view.items {
         assert!(dom.contains(&format!("id=\"item-{}\"", it.i)), "item {} is missing", it.i);
     }

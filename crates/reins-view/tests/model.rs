@@ -70,6 +70,14 @@ fn a_recorded_session_becomes_bars_lanes_marks_steps_and_items() {
     assert!(failed.is_error && failed.text.s.contains(HOSTILE));
     assert_eq!(view.items.last().unwrap().run, 2);
     assert_eq!(s1.item, Some(1), "step 1 produced item 1");
+    // Step 2's turn carried a reasoning item: the page says how many and to which API (never its opaque data).
+    let with_reasoning: Vec<_> = view.items.iter().filter(|i| i.reasoning.is_some()).collect();
+    assert_eq!(with_reasoning.len(), 1, "{:?}", view.items);
+    let told = with_reasoning[0].reasoning.as_ref().unwrap();
+    assert_eq!((told.items, told.api.as_str()), (1, "anthropic"));
+    assert!(with_reasoning[0].calls.iter().any(|c| c.id == "h1"), "on the turn that called h1");
+    let json = serde_json::to_string(&view).unwrap();
+    assert_eq!(json.matches("redacted_thinking").count(), 0, "the item's data is not on the page");
 }
 
 #[test]

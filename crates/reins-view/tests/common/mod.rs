@@ -115,6 +115,10 @@ pub fn recorded_session(store: &Store) -> Session {
                 json!({"text": format!("long result line {HOSTILE}\n"), "repeat": 250, "note": HOSTILE}),
             )],
             usage: usage(1900, 60, 1100),
+            reasoning_items: vec![reins::Reasoning::new(
+                "anthropic",
+                json!({"type": "redacted_thinking", "data": HOSTILE}),
+            )],
             ..ModelResponse::default()
         },
         ModelResponse { text: format!("Done: {HOSTILE}"), usage: usage(900, 40, 600), ..ModelResponse::default() },

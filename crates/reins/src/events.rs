@@ -350,13 +350,28 @@ pub(crate) struct Emitter {
     event: Event,
     /// The events of the kinds a step sends (when someone listens).
     step: Option<Box<StepEvents>>,
-    /// The number of the next event.
-    seq: u64,
-    observers: Vec<Arc<dyn Observer>>,
-    on_error: Option<ObserverErrorHook>,
     pub(crate) include_content: bool,
     /// The tool names seen so far (at most [`MAX_INTERNED`]).
     names: Vec<Arc<str>>,
+    /// Where events go, their numbers and their clock.
+    out: Out,
+}
+
+/// The events a step sends, reused from one step to the next. Each one's kind is set once, by
+/// [`Emitter::new`]; afterwards only its fields are written.
+struct StepEvents {
+    model_start: Event,
+    model_end: Event,
+    tool_start: Event,
+    tool_end: Event,
+}
+
+/// What sending an event needs: the observers, the next number, and the clock that dates it.
+struct Out {
+    observers: Vec<Arc<dyn Observer>>,
+    on_error: Option<ObserverErrorHook>,
+    /// The number of the next event.
+    seq: u64,
     /// The wall clock and the monotonic clock read together when the emitter was made: an event's time is
     /// the first plus the monotonic time since, so an instant the driver read anyway dates an event
     /// without reading the clock again.
@@ -364,14 +379,6 @@ pub(crate) struct Emitter {
     /// The instant and the time of the event sent last (`origin` before any): an event that ends what
     /// began then is dated by that time plus its duration, without converting an instant again.
     last: (Instant, SystemTime),
-}
-
-/// The events a step sends, reused from one step to the next.
-struct StepEvents {
-    model_start: Event,
-    model_end: Event,
-    tool_start: Event,
-    tool_end: Event,
 }
 
 /// How many tool names an emitter keeps for reuse; names past it are allocated per event.
@@ -421,17 +428,8 @@ impl Emitter {
             })
         });
         let event = event(EventKind::ModelStart { step: 0, messages: 0 });
-        Emitter {
-            event,
-            step,
-            seq: 0,
-            observers,
-            on_error,
-            include_content,
-            names: Vec::new(),
-            origin,
-            last: (origin.1, origin.0),
-        }
+        let out = Out { observers, on_error, seq: 0, origin, last: (origin.1, origin.0) };
+        Emitter { event, step, include_content, names: Vec::new(), out }
     }
 
     /// Tags every event as one of the sub-agent `agent`'s run, started by `parent_run_id`.
@@ -453,72 +451,34 @@ impl Emitter {
 
     /// True when someone listens (events are not even built otherwise).
     pub(crate) fn active(&self) -> bool {
-        !self.observers.is_empty()
-    }
-
-    /// The wall-clock time of `at`.
-    #[inline]
-    fn wall(&self, at: Instant) -> SystemTime {
-        self.origin.0.checked_add(at.saturating_duration_since(self.origin.1)).unwrap_or(self.origin.0)
-    }
-
-    /// The wall-clock time of `at`, the end of what began at `began` and took `elapsed` (`at - began`,
-    /// saturating): when the event sent last was dated `began` (a call's start right before its end), that
-    /// event's time plus `elapsed`, which is the same time [`Emitter::wall`] gives, with less arithmetic.
-    #[inline]
-    fn wall_after(&self, began: Instant, elapsed: Duration, at: Instant) -> SystemTime {
-        if began == self.last.0 && began <= at {
-            self.last.1.checked_add(elapsed).unwrap_or(self.last.1)
-        } else {
-            self.wall(at)
-        }
+        !self.out.observers.is_empty()
     }
 
     /// Emits `model_start` for `step`, dated `at` (nothing is built when nobody listens).
     #[inline]
     pub(crate) fn model_start(&mut self, step: u64, messages: usize, at: Instant) {
-        if self.step.is_none() {
-            return;
-        }
-        let ts = self.wall(at);
         let Some(s) = self.step.as_deref_mut() else { return };
-        match &mut s.model_start.kind {
-            EventKind::ModelStart { step: st, messages: m } => (*st, *m) = (step, messages),
-            other => *other = EventKind::ModelStart { step, messages },
+        if let EventKind::ModelStart { step: st, messages: m } = &mut s.model_start.kind {
+            (*st, *m) = (step, messages);
         }
-        lend(&self.observers, &self.on_error, &mut s.model_start, &mut self.seq, &mut self.last, (at, ts));
+        let ts = self.out.wall(at);
+        self.out.lend(&mut s.model_start, (at, ts));
     }
 
     /// Writes the `model_end` of `response` (the answer of `step`'s call, priced by `price` when known)
     /// into its event, in place, to be sent by [`Emitter::send_model_end`] once the response is admitted.
     #[inline]
     pub(crate) fn stage_model_end(&mut self, step: u64, response: &ModelResponse, price: Option<&Price>) {
-        let include_content = self.include_content;
         let Some(s) = self.step.as_deref_mut() else { return };
-        let usage = response.usage;
-        let tool_calls = response.tool_calls.len();
-        let cost_usd = price.zip(usage.as_ref()).map(|(p, u)| p.cost(u));
-        match &mut s.model_end.kind {
-            EventKind::ModelEnd { step: st, usage: u, tool_calls: t, text, finish_reason, cost_usd: c, .. } => {
-                (*st, *u, *t, *c) = (step, usage, tool_calls, cost_usd);
-                if include_content {
-                    *text = Some(response.text.clone());
-                }
-                if *finish_reason != response.finish_reason {
-                    finish_reason.clone_from(&response.finish_reason);
-                }
+        if let EventKind::ModelEnd { step: st, usage, tool_calls, text, finish_reason, cost_usd, .. } =
+            &mut s.model_end.kind
+        {
+            *cost_usd = price.zip(response.usage.as_ref()).map(|(p, u)| p.cost(u));
+            (*st, *usage, *tool_calls) = (step, response.usage, response.tool_calls.len());
+            if self.include_content {
+                *text = Some(response.text.clone());
             }
-            other => {
-                *other = EventKind::ModelEnd {
-                    step,
-                    duration_ms: 0.0,
-                    usage,
-                    tool_calls,
-                    text: include_content.then(|| response.text.clone()),
-                    finish_reason: response.finish_reason.clone(),
-                    cost_usd,
-                }
-            }
+            finish_reason.clone_from(&response.finish_reason);
         }
     }
 
@@ -526,15 +486,12 @@ impl Emitter {
     /// (the instant of its `model_start`) and returned at `at`, `elapsed` later.
     #[inline]
     pub(crate) fn send_model_end(&mut self, began: Instant, elapsed: Duration, at: Instant) {
-        if self.step.is_none() {
-            return;
-        }
-        let ts = self.wall_after(began, elapsed, at);
         let Some(s) = self.step.as_deref_mut() else { return };
         if let EventKind::ModelEnd { duration_ms, .. } = &mut s.model_end.kind {
             *duration_ms = ms(elapsed);
         }
-        lend(&self.observers, &self.on_error, &mut s.model_end, &mut self.seq, &mut self.last, (at, ts));
+        let ts = self.out.wall_after(began, elapsed, at);
+        self.out.lend(&mut s.model_end, (at, ts));
     }
 
     /// Emits `tool_start` for `call`, dated `at` (nothing is built when nobody listens).
@@ -546,24 +503,17 @@ impl Emitter {
     }
 
     fn tool_started(&mut self, call: &ToolCall, at: Instant) {
-        let ts = self.wall(at);
-        let arguments = self.include_content.then(|| call.arguments.clone());
         let Some(s) = self.step.as_deref_mut() else { return };
-        match &mut s.tool_start.kind {
-            EventKind::ToolStart { call_id, name, arguments: a } => {
-                *call_id = Arc::clone(&call.id);
-                // The event still holds the name of an earlier call: kept when it is this one's.
-                if **name != *call.name {
-                    *name = intern(&mut self.names, &call.name);
-                }
-                *a = arguments;
+        if let EventKind::ToolStart { call_id, name, arguments } = &mut s.tool_start.kind {
+            *call_id = Arc::clone(&call.id);
+            // The event still holds the name of an earlier call: kept when it is this one's.
+            if **name != *call.name {
+                *name = intern(&mut self.names, &call.name);
             }
-            other => {
-                let name = intern(&mut self.names, &call.name);
-                *other = EventKind::ToolStart { call_id: Arc::clone(&call.id), name, arguments };
-            }
+            *arguments = self.include_content.then(|| call.arguments.clone());
         }
-        lend(&self.observers, &self.on_error, &mut s.tool_start, &mut self.seq, &mut self.last, (at, ts));
+        let ts = self.out.wall(at);
+        self.out.lend(&mut s.tool_start, (at, ts));
     }
 
     /// Emits `tool_end` for `call`. `when` (asked only when someone listens) gives how long the call took,
@@ -579,8 +529,8 @@ impl Emitter {
         if self.step.is_some() {
             let (elapsed, began, at) = when();
             let ts = match began {
-                Some(began) => self.wall_after(began, elapsed, at),
-                None => self.wall(at),
+                Some(began) => self.out.wall_after(began, elapsed, at),
+                None => self.out.wall(at),
             };
             let content = self.include_content.then(content);
             self.tool_ended(call, is_error, elapsed, content, (at, ts));
@@ -596,12 +546,7 @@ impl Emitter {
         when: (Instant, SystemTime),
     ) {
         let Some(s) = self.step.as_deref_mut() else { return };
-        let duration_ms = ms(elapsed);
-        if !matches!(s.tool_end.kind, EventKind::ToolEnd { .. }) {
-            let (call_id, name) = (Arc::clone(&call.id), intern(&mut self.names, &call.name));
-            s.tool_end.kind = EventKind::ToolEnd { call_id, name, is_error, duration_ms, content: None };
-        }
-        if let EventKind::ToolEnd { call_id, name, is_error: e, duration_ms: d, content: c } = &mut s.tool_end.kind {
+        if let EventKind::ToolEnd { call_id, name, is_error: e, duration_ms, content: c } = &mut s.tool_end.kind {
             match &mut s.tool_start.kind {
                 // The call's start was sent last: its strings move over (swapped, not shared again).
                 EventKind::ToolStart { call_id: id, name: n, .. }
@@ -615,26 +560,25 @@ impl Emitter {
                     *name = intern(&mut self.names, &call.name);
                 }
             }
-            (*e, *d) = (is_error, duration_ms);
+            (*e, *duration_ms) = (is_error, ms(elapsed));
             *c = content;
         }
-        lend(&self.observers, &self.on_error, &mut s.tool_end, &mut self.seq, &mut self.last, when);
+        self.out.lend(&mut s.tool_end, when);
     }
 
     /// Sends `kind`, dated now, to every observer.
     #[inline]
     pub(crate) fn emit(&mut self, kind: EventKind) {
-        if self.observers.is_empty() {
-            return;
+        if self.active() {
+            self.emit_at(kind, Instant::now());
         }
-        self.emit_at(kind, Instant::now());
     }
 
     /// Sends `kind`, dated `at` (an instant the caller read anyway), to every observer.
     #[inline]
     pub(crate) fn emit_at(&mut self, kind: EventKind, at: Instant) {
-        if !self.observers.is_empty() {
-            let ts = self.wall(at);
+        if self.active() {
+            let ts = self.out.wall(at);
             self.send(kind, (at, ts));
         }
     }
@@ -642,15 +586,51 @@ impl Emitter {
     /// Sends `kind`, the end of what began at `began` and took `elapsed` until `at`, to every observer.
     #[inline]
     pub(crate) fn emit_after(&mut self, kind: EventKind, began: Instant, elapsed: Duration, at: Instant) {
-        if !self.observers.is_empty() {
-            let ts = self.wall_after(began, elapsed, at);
+        if self.active() {
+            let ts = self.out.wall_after(began, elapsed, at);
             self.send(kind, (at, ts));
         }
     }
 
     fn send(&mut self, kind: EventKind, when: (Instant, SystemTime)) {
         self.event.kind = kind;
-        lend(&self.observers, &self.on_error, &mut self.event, &mut self.seq, &mut self.last, when);
+        self.out.lend(&mut self.event, when);
+    }
+}
+
+impl Out {
+    /// The wall-clock time of `at`.
+    #[inline]
+    fn wall(&self, at: Instant) -> SystemTime {
+        self.origin.0.checked_add(at.saturating_duration_since(self.origin.1)).unwrap_or(self.origin.0)
+    }
+
+    /// The wall-clock time of `at`, the end of what began at `began` and took `elapsed` (`at - began`,
+    /// saturating): when the event sent last was dated `began` (a call's start right before its end), that
+    /// event's time plus `elapsed`, which is the same time [`Out::wall`] gives, with less arithmetic.
+    #[inline]
+    fn wall_after(&self, began: Instant, elapsed: Duration, at: Instant) -> SystemTime {
+        if began == self.last.0 && began <= at {
+            self.last.1.checked_add(elapsed).unwrap_or(self.last.1)
+        } else {
+            self.wall(at)
+        }
+    }
+
+    /// Numbers and dates `event` (`when`: the instant and its wall-clock time), lends it to every observer,
+    /// and remembers it as the event sent last.
+    #[inline(always)]
+    fn lend(&mut self, event: &mut Event, when: (Instant, SystemTime)) {
+        event.seq = self.seq;
+        event.ts = when.1;
+        self.last = when;
+        for (i, obs) in self.observers.iter().enumerate() {
+            match catch_unwind(AssertUnwindSafe(|| obs.on_event(event))) {
+                Ok(Ok(())) => {}
+                failed => observer_failed(&self.on_error, i, failed),
+            }
+        }
+        self.seq += 1;
     }
 }
 
@@ -665,29 +645,6 @@ fn intern(names: &mut Vec<Arc<str>>, name: &str) -> Arc<str> {
         names.push(Arc::clone(&n));
     }
     n
-}
-
-/// Numbers and dates `event` (`when`: the instant and its wall-clock time), lends it to every observer,
-/// and remembers it as the event sent last.
-#[inline(always)]
-fn lend(
-    observers: &[Arc<dyn Observer>],
-    on_error: &Option<ObserverErrorHook>,
-    event: &mut Event,
-    seq: &mut u64,
-    last: &mut (Instant, SystemTime),
-    when: (Instant, SystemTime),
-) {
-    event.seq = *seq;
-    event.ts = when.1;
-    *last = when;
-    for (i, obs) in observers.iter().enumerate() {
-        match catch_unwind(AssertUnwindSafe(|| obs.on_event(event))) {
-            Ok(Ok(())) => {}
-            failed => observer_failed(on_error, i, failed),
-        }
-    }
-    *seq += 1;
 }
 
 /// Tells the error hook, if any, that observer `i` failed (an error or a panic).

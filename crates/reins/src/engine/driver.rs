@@ -270,7 +270,7 @@ struct Slot {
 }
 
 impl Slot {
-    /// Records the result of the call that began at `began`, and when it ended.
+    /// Records the call's result, and when it ended (now).
     fn finish(&mut self, result: CallResult) {
         self.ended = Some(Instant::now());
         self.result = Some(result);

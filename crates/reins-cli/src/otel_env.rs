@@ -103,7 +103,6 @@ pub fn resolve(flag: Option<&str>, var: impl Fn(&str) -> Option<String>) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
 
     fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let pairs: Vec<(String, String)> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
@@ -161,18 +160,5 @@ mod tests {
         assert!(parse_url("http://:4318").is_err());
         assert!(parse_url("http://a b").is_err());
         assert_eq!(parse_url(" https://x:1/p "), Ok("https://x:1/p".to_owned()));
-    }
-
-    proptest! {
-        #[test]
-        fn resolving_never_panics_and_an_accepted_url_is_http(flag in proptest::option::of(".{0,40}"),
-                                                               endpoint in ".{0,40}", protocol in ".{0,16}") {
-            let flag = flag.and_then(|f| parse_url(&f).ok());
-            let pairs = [("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()), ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol.as_str())];
-            let v = vars(&pairs);
-            if let Ok(Some(t)) = resolve(flag.as_deref(), |n| v(n).filter(|s| !s.trim().is_empty())) {
-                prop_assert!(t.endpoint.starts_with("http://") || t.endpoint.starts_with("https://"));
-            }
-        }
     }
 }

@@ -49,14 +49,17 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
-    fn chat_lines_keep_their_promise(text in chat_text(), bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+    fn chat_lines_keep_their_promise(text in chat_text(), bytes in proptest::collection::vec(any::<u8>(), 0..64),
+                                     any_text in "\\PC{0,40}", slash in any::<bool>()) {
         prop_assert_eq!(fuzz_support::check_chat_line(text.as_bytes()), Ok(()));
         prop_assert_eq!(fuzz_support::check_chat_line(&bytes), Ok(()));
+        let any_text = if slash { format!("/{any_text}") } else { any_text };
+        prop_assert_eq!(fuzz_support::check_chat_line(any_text.as_bytes()), Ok(()));
     }
 
     #[test]
     fn history_files_keep_their_promise(entries in proptest::collection::vec("\\PC{0,12}|[\"\\\\\\n]{1,4}", 0..6),
-                                        noise in proptest::collection::vec(any::<u8>(), 0..64), cut in any::<bool>()) {
+                                        noise in proptest::collection::vec(any::<u8>(), 0..200), cut in any::<bool>()) {
         let mut bytes = vec![u8::from(cut)];
         for e in &entries {
             bytes.extend_from_slice(reins_cli::history_lines::encode(e).as_bytes());
@@ -68,9 +71,13 @@ proptest! {
     }
 
     #[test]
-    fn otel_settings_keep_their_promise(fields in otel_fields(), bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+    fn otel_settings_keep_their_promise(fields in otel_fields(), bytes in proptest::collection::vec(any::<u8>(), 0..64),
+                                        flag in ".{0,40}", endpoint in ".{0,40}", protocol in ".{0,16}") {
         prop_assert_eq!(fuzz_support::check_otel_env(fields.as_bytes()), Ok(()));
         prop_assert_eq!(fuzz_support::check_otel_env(&bytes), Ok(()));
+        // Any text as the flag, the generic endpoint and protocol (a variable never holds a NUL).
+        let any = [flag, endpoint, String::new(), protocol].map(|f| f.replace('\0', "")).join("\0");
+        prop_assert_eq!(fuzz_support::check_otel_env(any.as_bytes()), Ok(()));
     }
 }
 

@@ -71,25 +71,11 @@ impl OutputSchema {
             OutputSchemaError(format!("{} (at {})", e, crate::registry::pointer_or_root(e.instance_path().as_str())))
         })?;
         jsonschema::validator_for(&schema).map_err(|e| OutputSchemaError(e.to_string()))?;
+        if never_satisfied(&schema) {
+            return Err(OutputSchemaError("the schema admits no answer: no value can ever match it".into()));
+        }
         let wrapped = schema.get("type").and_then(Value::as_str) != Some("object");
-        let input_schema = if wrapped {
-            // References into the schema's own definitions (`#/$defs/X`, as `schemars` writes them) must
-            // still resolve from the wrapper's root: the definitions move up with the same names.
-            let mut inner = schema.clone();
-            let mut wrapper =
-                serde_json::json!({"type": "object", "required": [WRAPPED_KEY], "additionalProperties": false});
-            if let (Value::Object(inner), Value::Object(outer)) = (&mut inner, &mut wrapper) {
-                for key in ["$defs", "definitions"] {
-                    if let Some(defs) = inner.remove(key) {
-                        outer.insert(key.to_owned(), defs);
-                    }
-                }
-            }
-            wrapper["properties"] = serde_json::json!({ WRAPPED_KEY: inner });
-            wrapper
-        } else {
-            schema.clone()
-        };
+        let input_schema = if wrapped { wrap(&schema) } else { schema.clone() };
         let spec = ToolSpec {
             name: FINAL_ANSWER_TOOL.to_owned(),
             description: format!(
@@ -137,6 +123,188 @@ impl OutputSchema {
     /// The final-answer tool, to be added to a run's registry.
     pub fn tool(&self) -> Arc<dyn Tool> {
         self.tool.clone()
+    }
+}
+
+/// The schema of the final-answer tool's arguments when the output is not an object: `{"value": schema}`.
+/// The schema's definitions (`$defs`, `definitions`), its `$schema` and its `$id` move up to the wrapper, so
+/// references into the definitions (`#/$defs/X`, as `schemars` writes them) resolve from the wrapper's root
+/// as they did from the schema's; every other reference relative to the schema's root (`#`, `#/items`, the
+/// same with the schema's own `$id` in front) is rewritten to point beneath `#/properties/value`. References
+/// inside a subschema with its own `$id` are relative to that subschema and stay as they are.
+fn wrap(schema: &Value) -> Value {
+    let mut inner = schema.clone();
+    let mut wrapper = serde_json::json!({"type": "object", "required": [WRAPPED_KEY], "additionalProperties": false});
+    if let (Value::Object(inner), Value::Object(outer)) = (&mut inner, &mut wrapper) {
+        for key in ["$schema", "$id", "$defs", "definitions"] {
+            if let Some(v) = inner.remove(key) {
+                outer.insert(key.to_owned(), v);
+            }
+        }
+    }
+    let id = wrapper.get("$id").and_then(Value::as_str).map(|s| s.trim_end_matches('#').to_owned());
+    let rewrite = |r: &str| -> Option<String> {
+        let fragment = match r.strip_prefix('#') {
+            Some(f) => f,
+            None => match r.strip_prefix(id.as_deref().filter(|i| !i.is_empty())?)? {
+                "" => "",
+                rest => rest.strip_prefix('#')?,
+            },
+        };
+        if fragment.is_empty() {
+            return Some(format!("#/properties/{WRAPPED_KEY}"));
+        }
+        // A pointer into the definitions that moved up, or a named anchor: unchanged.
+        let rest = fragment.strip_prefix('/')?;
+        let first = rest.split('/').next().unwrap_or_default();
+        if first == "$defs" || first == "definitions" {
+            return Some(format!("#{fragment}"));
+        }
+        Some(format!("#/properties/{WRAPPED_KEY}{fragment}"))
+    };
+    rewrite_refs(&mut inner, &rewrite, true);
+    for key in ["$defs", "definitions"] {
+        if let Some(Value::Object(defs)) = wrapper.get_mut(key) {
+            for d in defs.values_mut() {
+                rewrite_refs(d, &rewrite, false);
+            }
+        }
+    }
+    wrapper["properties"] = serde_json::json!({ WRAPPED_KEY: inner });
+    wrapper
+}
+
+/// The keywords whose value is one subschema.
+const ONE_SCHEMA: &[&str] = &[
+    "additionalItems",
+    "additionalProperties",
+    "contains",
+    "propertyNames",
+    "not",
+    "if",
+    "then",
+    "else",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "contentSchema",
+    "items",
+];
+/// The keywords whose value is an array of subschemas.
+const SCHEMA_ARRAYS: &[&str] = &["allOf", "anyOf", "oneOf", "prefixItems", "items"];
+/// The keywords whose value maps names to subschemas.
+const SCHEMA_MAPS: &[&str] =
+    &["properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"];
+
+/// Rewrites the `$ref`s of `schema` and its subschemas (schema keywords only: a `$ref` inside `const`,
+/// `enum`, `default` or `examples` is data) with `rewrite`, stopping at a subschema with its own `$id`
+/// (`root`: `schema` is the root, whose `$id` has moved up).
+fn rewrite_refs(schema: &mut Value, rewrite: &dyn Fn(&str) -> Option<String>, root: bool) {
+    let Value::Object(map) = schema else { return };
+    if !root && map.get("$id").is_some_and(Value::is_string) {
+        return;
+    }
+    if let Some(new) = map.get("$ref").and_then(Value::as_str).and_then(rewrite) {
+        map.insert("$ref".to_owned(), Value::String(new));
+    }
+    for (key, value) in map.iter_mut() {
+        let key = key.as_str();
+        match value {
+            Value::Array(items) if SCHEMA_ARRAYS.contains(&key) => {
+                items.iter_mut().for_each(|s| rewrite_refs(s, rewrite, false));
+            }
+            Value::Object(entries) if SCHEMA_MAPS.contains(&key) => {
+                entries.values_mut().for_each(|s| rewrite_refs(s, rewrite, false));
+            }
+            Value::Object(_) if ONE_SCHEMA.contains(&key) => rewrite_refs(value, rewrite, false),
+            _ => {}
+        }
+    }
+}
+
+/// Whether `schema` plainly admits no value at all: `false`, `{"not": {}}` (or `not` of a schema that
+/// admits everything), an empty `enum` or `type` list, a `const` or every `enum` value outside the `type`,
+/// an `allOf` with such a member, an `anyOf`/`oneOf` all of whose members are such, or a required property
+/// whose schema is such. A conservative check: a schema it passes may still admit nothing in subtler ways.
+fn never_satisfied(schema: &Value) -> bool {
+    never_at(schema, 0)
+}
+
+fn never_at(schema: &Value, depth: usize) -> bool {
+    // Deep nesting is checked no further (the answer is then "maybe satisfiable").
+    if depth > 64 {
+        return false;
+    }
+    let map = match schema {
+        Value::Bool(b) => return !b,
+        Value::Object(m) => m,
+        _ => return false,
+    };
+    let never = |s: &Value| never_at(s, depth + 1);
+    if map.get("not").is_some_and(always_at) {
+        return true;
+    }
+    if let Some(Value::Array(all)) = map.get("allOf") {
+        if all.iter().any(never) {
+            return true;
+        }
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(Value::Array(some)) = map.get(key) {
+            if some.iter().all(never) {
+                return true;
+            }
+        }
+    }
+    let types: Option<Vec<&str>> = match map.get("type") {
+        Some(Value::String(t)) => Some(vec![t.as_str()]),
+        Some(Value::Array(ts)) => Some(ts.iter().filter_map(Value::as_str).collect()),
+        _ => None,
+    };
+    let typed = |v: &Value| types.as_ref().is_none_or(|ts| ts.iter().any(|t| has_type(v, t)));
+    if types.as_ref().is_some_and(Vec::is_empty) {
+        return true;
+    }
+    if map.get("const").is_some_and(|c| !typed(c)) {
+        return true;
+    }
+    if let Some(Value::Array(values)) = map.get("enum") {
+        if !values.iter().any(typed) {
+            return true;
+        }
+    }
+    if let (Some(Value::Array(required)), Some(Value::Object(props))) = (map.get("required"), map.get("properties")) {
+        if types.as_ref().is_none_or(|ts| ts.contains(&"object"))
+            && required.iter().filter_map(Value::as_str).any(|r| props.get(r).is_some_and(never))
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether `schema` admits every value: `true`, or an object of no keyword that constrains (`{}`, only
+/// annotations).
+fn always_at(schema: &Value) -> bool {
+    match schema {
+        Value::Bool(b) => *b,
+        Value::Object(m) => m.keys().all(|k| {
+            matches!(
+                k.as_str(),
+                "title" | "description" | "$comment" | "examples" | "default" | "deprecated" | "readOnly" | "writeOnly"
+            )
+        }),
+        _ => false,
+    }
+}
+
+/// Whether `v` is of the JSON Schema type `t` (an integer is a number; a number with no fraction is an
+/// integer).
+fn has_type(v: &Value, t: &str) -> bool {
+    match (t, v) {
+        ("null", Value::Null) | ("boolean", Value::Bool(_)) | ("string", Value::String(_)) => true,
+        ("array", Value::Array(_)) | ("object", Value::Object(_)) | ("number", Value::Number(_)) => true,
+        ("integer", Value::Number(n)) => n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0),
+        _ => false,
     }
 }
 

@@ -311,3 +311,149 @@ async fn a_typed_enum_with_definitions_is_wrapped_and_its_references_resolve() {
     assert_eq!(shape, Shape::Circle { r: Inner { size: 2 } });
     assert!(outcome.messages[2].content().contains("invalid arguments"), "{:?}", outcome.messages[2]);
 }
+
+/// A recursive schema wrapped under `value`: its `"$ref": "#"` points at the schema, not at the wrapper, so
+/// `[1, [2, 3]]` is the output (it was refused while the reference pointed at the wrapper).
+#[tokio::test]
+async fn a_root_reference_still_means_the_schema_once_wrapped() {
+    let runs = Runs::default();
+    let model = scripted(vec![calls(vec![final_call("1", json!({"value": [1, [2, 3]]}))])]);
+    let nested = json!({"type": "array", "items": {"anyOf": [{"type": "integer"}, {"$ref": "#"}]}});
+    let schema = OutputSchema::new(nested).unwrap();
+    assert_eq!(
+        schema.tool_spec().input_schema["properties"]["value"]["items"]["anyOf"][1]["$ref"],
+        "#/properties/value"
+    );
+    let o = run(&agent_with(model, &runs, Limits::default()).output_schema(schema).build().unwrap()).await;
+    is_status(&o, Status::Completed);
+    assert_eq!(o.output, Some(json!([1, [2, 3]])));
+}
+
+#[test]
+fn a_schema_no_value_can_match_is_refused_when_loaded() {
+    for never in [
+        json!(false),
+        json!({"not": {}}),
+        json!({"not": true}),
+        json!({"type": "object", "not": {"description": "anything"}}),
+        json!({"enum": []}),
+        json!({"type": "integer", "const": "seven"}),
+        json!({"type": "string", "enum": [1, 2]}),
+        json!({"anyOf": [false, {"not": {}}]}),
+        json!({"allOf": [{"type": "integer"}, false]}),
+        json!({"type": "object", "properties": {"a": false}, "required": ["a"]}),
+    ] {
+        let err = OutputSchema::new(never.clone()).expect_err(&never.to_string());
+        assert!(err.to_string().contains("admits no answer"), "{never}: {err}");
+    }
+    for fine in [json!(true), json!({}), json!({"not": {"type": "string"}}), json!({"type": "number", "const": 7})] {
+        assert!(OutputSchema::new(fine.clone()).is_ok(), "{fine}");
+    }
+}
+
+/// References in data (`const`, `enum`, `default`) are not schema references: wrapping leaves them as they are;
+/// a subschema with its own `$id` keeps its own relative references; `#/$defs/..` still resolves.
+#[test]
+fn wrapping_rewrites_only_the_root_relative_references_of_schemas() {
+    let schema = json!({
+        "$defs": {"n": {"anyOf": [{"type": "integer"}, {"type": "array", "items": {"$ref": "#"}}]}},
+        "type": "array",
+        "items": {"$ref": "#/$defs/n"},
+        "default": [{"$ref": "#"}],
+        "prefixItems": [{"$id": "https://example.com/inner", "type": "array", "items": {"$ref": "#"}}, {"const": {"$ref": "#"}}],
+    });
+    let w = OutputSchema::new(schema).unwrap().tool_spec().input_schema.clone();
+    assert_eq!(w["$defs"]["n"]["anyOf"][1]["items"]["$ref"], "#/properties/value");
+    assert_eq!(w["properties"]["value"]["items"]["$ref"], "#/$defs/n");
+    assert_eq!(w["properties"]["value"]["default"], json!([{"$ref": "#"}]));
+    assert_eq!(w["properties"]["value"]["prefixItems"][0]["items"]["$ref"], "#");
+    assert_eq!(w["properties"]["value"]["prefixItems"][1]["const"], json!({"$ref": "#"}));
+}
+
+mod wrapping {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    /// A schema node; `refs` allows references (only beneath `items` and `properties`, which take a level of
+    /// the value, so that no generated schema loops without consuming the value).
+    fn node(depth: u32, refs: bool) -> BoxedStrategy<Value> {
+        let mut leaves = vec![
+            Just(json!({"type": "integer"})).boxed(),
+            Just(json!({"type": "string"})).boxed(),
+            Just(json!({"type": "array"})).boxed(),
+            Just(json!({"minimum": 3})).boxed(),
+            Just(json!(true)).boxed(),
+            Just(json!({"const": 1})).boxed(),
+            Just(json!({"maxItems": 1})).boxed(),
+        ];
+        if refs {
+            leaves.push(Just(json!({"$ref": "#"})).boxed());
+            leaves.push(Just(json!({"$ref": "#/$defs/a"})).boxed());
+            leaves.push(Just(json!({"$ref": "https://example.com/s.json"})).boxed());
+            leaves.push(Just(json!({"$ref": "#/prefixItems/0"})).boxed());
+        }
+        let leaf = prop::strategy::Union::new(leaves).boxed();
+        if depth == 0 {
+            return leaf;
+        }
+        let under = node(depth - 1, true);
+        let here = node(depth - 1, false);
+        prop_oneof![
+            2 => leaf,
+            1 => under.clone().prop_map(|s| json!({"type": "array", "items": s})),
+            1 => under.clone().prop_map(|s| json!({"items": {"anyOf": [{"type": "integer"}, s]}})),
+            1 => under.clone().prop_map(|s| json!({"prefixItems": [s]})),
+            1 => under.prop_map(|s| json!({"properties": {"k": s}})),
+            1 => (here.clone(), here.clone()).prop_map(|(a, b)| json!({"anyOf": [a, b]})),
+            1 => (here.clone(), here.clone()).prop_map(|(a, b)| json!({"allOf": [a, b]})),
+            1 => here.prop_map(|s| json!({"not": s})),
+        ]
+        .boxed()
+    }
+
+    /// A schema whose top is not an object schema (so it is wrapped), maybe with definitions and an `$id`.
+    fn schema() -> impl Strategy<Value = Value> {
+        (node(3, false), prop::option::of(node(2, false)), any::<bool>()).prop_map(|(mut s, defs, id)| {
+            if !s.is_object() {
+                s = json!({"allOf": [s]});
+            }
+            s["$defs"] = json!({"a": defs.unwrap_or(json!({"type": "integer"}))});
+            if id {
+                s["$id"] = json!("https://example.com/s.json");
+            }
+            s
+        })
+    }
+
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf =
+            prop_oneof![(-2i64..6).prop_map(Value::from), Just(json!("s")), Just(json!(null)), Just(json!(2.5)),];
+        leaf.prop_recursive(4, 24, 3, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                inner.prop_map(|v| json!({"k": v})),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+        /// The wrapped schema accepts `{"value": v}` exactly when the schema accepts `v`.
+        #[test]
+        fn the_wrapped_schema_accepts_value_v_iff_the_schema_accepts_v(s in schema(), vs in prop::collection::vec(value(), 1..6)) {
+            let Ok(original) = jsonschema::validator_for(&s) else { return Ok(()) };
+            let Ok(output) = reins::OutputSchema::new(s.clone()) else { return Ok(()) };
+            prop_assert!(output.is_wrapped());
+            let wrapped = jsonschema::validator_for(&output.tool_spec().input_schema)
+                .map_err(|e| TestCaseError::fail(format!("{e}: {}", output.tool_spec().input_schema)))?;
+            for v in vs {
+                prop_assert_eq!(
+                    original.is_valid(&v),
+                    wrapped.is_valid(&json!({"value": v.clone()})),
+                    "schema {} value {} wrapped {}", s, v, output.tool_spec().input_schema
+                );
+            }
+        }
+    }
+}

@@ -119,6 +119,9 @@ pub enum EventKind {
         duration_ms: f64,
         /// The summary call's reported usage, if any.
         usage: Option<Usage>,
+        /// What the summary call cost, at the summary model's price, when it and the usage are known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
         /// Why the summary was not used and the marker of left-out groups was recorded instead.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         fallback: Option<String>,

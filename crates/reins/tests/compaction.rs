@@ -586,3 +586,57 @@ proptest! {
         let _ = json!({});
     }
 }
+
+/// A summary call is charged at the summary model's price, not the run model's; a summary model of unknown
+/// price makes the run's cost unknown (never charged as the run model), and cannot run under `max_cost_usd`.
+#[tokio::test]
+async fn a_summary_is_charged_at_the_summary_models_own_price() {
+    let c = &CharCounter;
+    let mut t = Transcript::new(TASK, c);
+    for turn in ["one", "two", "three"] {
+        t.push_user(turn, c).unwrap();
+        t.push_assistant(format!("answer {turn}"), Vec::new(), c).unwrap();
+    }
+    let messages = t.to_vec();
+    let ctx = summarize_ctx(100_000);
+    let cheap = reins::Price::new(1.0, 1.0);
+    let dear = reins::Price::new(100.0, 1000.0);
+    let summary = || ModelResponse::text("the gist").with_usage(Usage::new(1_000_000, 1_000));
+    let run_with = |compact: reins::ScriptedModel, limits: Limits| {
+        Agent::builder(reins::ScriptedModel::new(Vec::<ModelResponse>::new()).with_price(cheap))
+            .compact_model(Arc::new(compact))
+            .context(ctx.clone())
+            .limits(limits)
+            .build()
+    };
+    let state = || {
+        let mut s = RunState::resume("r", messages.clone(), Limits::default(), &ctx, "x").unwrap();
+        s.compact_now(&ctx).unwrap();
+        s
+    };
+    let events = Events::default();
+    let agent = Agent::builder(reins::ScriptedModel::new(Vec::<ModelResponse>::new()).with_price(cheap))
+        .compact_model(Arc::new(reins::ScriptedModel::new(vec![summary()]).with_price(dear)))
+        .context(ctx.clone())
+        .observer(events.clone())
+        .build()
+        .unwrap();
+    let o = agent.drive(state(), CancellationToken::new()).await;
+    assert_eq!(o.compactions, 1);
+    // 1M input at $100 and 1k output at $1000 per million: $101 (the run model's price would say $1.001).
+    let cost = o.cost_usd.expect("priced");
+    assert!((cost - 101.0).abs() < 1e-9, "{cost}");
+    let event_cost = events.0.lock().unwrap().iter().find_map(|e| match &e.kind {
+        EventKind::CompactionEnd { cost_usd, .. } => Some(*cost_usd),
+        _ => None,
+    });
+    assert_eq!(event_cost, Some(Some(cost)), "compaction_end says what the summary cost");
+
+    let unknown = run_with(reins::ScriptedModel::new(vec![summary()]), Limits::default()).unwrap();
+    let o = unknown.drive(state(), CancellationToken::new()).await;
+    assert_eq!((o.compactions, o.cost_usd), (1, None), "a summary of unknown price leaves the cost unknown");
+
+    let limited = Limits { max_cost_usd: Some(5.0), ..Limits::default() };
+    let err = run_with(reins::ScriptedModel::new(vec![summary()]), limited).err().expect("refused");
+    assert!(err.to_string().contains("summary model's price"), "{err}");
+}

@@ -7,7 +7,9 @@ use serde_json::{Map, Value, json};
 
 use crate::provider::{Api, Settings, ToolChoice};
 use crate::sse::SseEvent;
-use crate::wire::{Emit, Failure, count, error_object, event_json, parse_arguments, schema_object, str_at, usage};
+use crate::wire::{
+    Emit, Failure, checked_usage, count, error_object, event_json, parse_arguments, schema_object, str_at, usage,
+};
 
 /// The `anthropic-version` header sent with every request: the version the official SDKs' current major
 /// versions send, whose request types the contract tests check every body against. It refuses sampling
@@ -208,17 +210,20 @@ fn stop_reason(r: &str) -> FinishReason {
 /// Input counts all of it: uncached, read from the cache (`cache_read_input_tokens`), and written to it
 /// (`cache_creation_input_tokens`), the last two kept apart for pricing. Reasoning is the
 /// `thinking_tokens` of `output_tokens_details`, where the API reports them.
-fn parse_usage(u: &Value) -> Option<Usage> {
-    if !u.is_object() {
-        return None;
-    }
-    let cached = count(u, &["cache_read_input_tokens"]);
-    let written = count(u, &["cache_creation_input_tokens"]);
-    let input = count(u, &["input_tokens"]).saturating_add(cached).saturating_add(written);
-    let mut usage =
-        usage(input, count(u, &["output_tokens"]), cached, count(u, &["output_tokens_details", "thinking_tokens"]));
-    usage.cache_write_tokens = written.min(input - usage.cached_input_tokens);
-    Some(usage)
+pub(crate) fn parse_usage(u: &Value) -> Option<Usage> {
+    checked_usage(u, |u| {
+        let cached = count(u, &["cache_read_input_tokens"])?;
+        let written = count(u, &["cache_creation_input_tokens"])?;
+        let input = count(u, &["input_tokens"])?.saturating_add(cached).saturating_add(written);
+        let mut usage = usage(
+            input,
+            count(u, &["output_tokens"])?,
+            cached,
+            count(u, &["output_tokens_details", "thinking_tokens"])?,
+        );
+        usage.cache_write_tokens = written.min(input - usage.cached_input_tokens);
+        Ok(usage)
+    })
 }
 
 #[derive(Clone, Debug)]

@@ -48,7 +48,10 @@ fn response_model(model: Option<&str>) {
 }
 
 pub use pricing::{MODELS, ModelInfo, Price, cost, cost_for, model_info, token_counter};
-pub use provider::{Api, DEFAULT_RESPONSE_CAP, Provider, ProviderBuilder, ProviderError, ToolChoice};
+pub use provider::{
+    Api, BYTES_PER_TOKEN, DEFAULT_RESPONSE_CAP, DEFAULT_RESPONSE_DEADLINE, Provider, ProviderBuilder, ProviderError,
+    ToolChoice,
+};
 pub use ratelimit::{Permit, RateLimiter};
 pub use reasoning::{MIN_THINKING_BUDGET, ReasoningConflict, ReasoningEffort, ReasoningSettings, check_reasoning};
 pub use retry::RetryPolicy;

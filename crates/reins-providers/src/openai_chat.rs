@@ -7,7 +7,8 @@ use serde_json::{Map, Value, json};
 use crate::provider::Settings;
 use crate::sse::SseEvent;
 use crate::wire::{
-    Emit, Failure, arguments_text, count, error_object, event_json, parse_arguments, schema_object, str_at, usage,
+    Emit, Failure, arguments_text, checked_usage, count, error_object, event_json, parse_arguments, schema_object,
+    str_at, usage,
 };
 
 /// The request body.
@@ -106,16 +107,15 @@ fn finish_reason(r: &str) -> FinishReason {
     }
 }
 
-fn parse_usage(u: &Value) -> Option<Usage> {
-    if !u.is_object() {
-        return None;
-    }
-    Some(usage(
-        count(u, &["prompt_tokens"]),
-        count(u, &["completion_tokens"]),
-        count(u, &["prompt_tokens_details", "cached_tokens"]),
-        count(u, &["completion_tokens_details", "reasoning_tokens"]),
-    ))
+pub(crate) fn parse_usage(u: &Value) -> Option<Usage> {
+    checked_usage(u, |u| {
+        Ok(usage(
+            count(u, &["prompt_tokens"])?,
+            count(u, &["completion_tokens"])?,
+            count(u, &["prompt_tokens_details", "cached_tokens"])?,
+            count(u, &["completion_tokens_details", "reasoning_tokens"])?,
+        ))
+    })
 }
 
 /// Text content: a string, or (some servers) an array of `{"type": "text", "text"}` parts.
@@ -198,6 +198,8 @@ pub(crate) struct Stream {
     calls: Vec<PartialCall>,
     finish: Option<FinishReason>,
     usage: Option<Usage>,
+    /// A chunk's usage was malformed: the response's usage is unknown.
+    usage_malformed: bool,
     /// The model that answered, from the first chunk that names it.
     model: Option<String>,
     done: bool,
@@ -214,8 +216,12 @@ impl Stream {
         if !v["error"].is_null() {
             return Err(error_object(&v));
         }
-        if let Some(u) = parse_usage(&v["usage"]) {
-            self.usage = Some(u);
+        if !v["usage"].is_null() {
+            // A malformed usage in any chunk makes the response's usage unknown, never that of another chunk.
+            match parse_usage(&v["usage"]) {
+                Some(u) => self.usage = Some(u),
+                None => self.usage_malformed = true,
+            }
         }
         if let (None, Some(m)) = (&self.model, v["model"].as_str()) {
             self.model = Some(m.to_owned());

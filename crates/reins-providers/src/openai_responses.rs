@@ -8,8 +8,8 @@ use serde_json::{Map, Value, json};
 use crate::provider::{Api, Settings};
 use crate::sse::SseEvent;
 use crate::wire::{
-    Emit, FailKind, Failure, arguments_text, count, error_object, event_json, parse_arguments, schema_object, str_at,
-    usage,
+    Emit, FailKind, Failure, arguments_text, checked_usage, count, error_object, event_json, parse_arguments,
+    schema_object, str_at, usage,
 };
 
 /// The request body.
@@ -93,16 +93,15 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest, stream: bool) -> Value {
     Value::Object(b)
 }
 
-fn parse_usage(u: &Value) -> Option<Usage> {
-    if !u.is_object() {
-        return None;
-    }
-    Some(usage(
-        count(u, &["input_tokens"]),
-        count(u, &["output_tokens"]),
-        count(u, &["input_tokens_details", "cached_tokens"]),
-        count(u, &["output_tokens_details", "reasoning_tokens"]),
-    ))
+pub(crate) fn parse_usage(u: &Value) -> Option<Usage> {
+    checked_usage(u, |u| {
+        Ok(usage(
+            count(u, &["input_tokens"])?,
+            count(u, &["output_tokens"])?,
+            count(u, &["input_tokens_details", "cached_tokens"])?,
+            count(u, &["output_tokens_details", "reasoning_tokens"])?,
+        ))
+    })
 }
 
 /// One output item, as far as it is known.

@@ -7,14 +7,17 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use bytes::Bytes;
 use reins::{Delta, DeltaSink, Model, ModelError, ModelIdentity, ModelRequest, ModelResponse};
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
+use reqwest::header::{
+    ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue,
+    USER_AGENT,
+};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::ratelimit::RateLimiter;
 use crate::retry::{RetryPolicy, exhausted_window, retry_after};
 use crate::sse::SseParser;
-use crate::wire::{Emit, Failure, body_summary, classify_status, snippet};
+use crate::wire::{Emit, FailKind, Failure, body_summary, classify_status, snippet};
 use crate::{anthropic, openai_chat, openai_responses};
 
 /// Which wire format a provider speaks.
@@ -172,6 +175,15 @@ pub(crate) struct Settings {
 /// a small local model left uncapped can stream a degenerate answer for ever.
 pub const DEFAULT_RESPONSE_CAP: u32 = 8192;
 
+/// How long one attempt may take at most, from the request to the response's end: see
+/// [`ProviderBuilder::response_deadline`].
+pub const DEFAULT_RESPONSE_DEADLINE: Duration = Duration::from_secs(30 * 60);
+
+/// The bytes of streamed content allowed per token of the response cap: far more than any tokenizer makes of a
+/// token (a few bytes on average; the longest tokens of common vocabularies are a few dozen), so that a stream is
+/// cut only when the server ignores the cap.
+pub const BYTES_PER_TOKEN: u64 = 32;
+
 impl Settings {
     /// The output cap of OpenAI-style requests: the configured one; none for a known model (the API's own
     /// default, the model's cap); [`DEFAULT_RESPONSE_CAP`] for a model Reins does not know.
@@ -196,6 +208,7 @@ pub struct ProviderBuilder {
     retry: RetryPolicy,
     idle_timeout: Duration,
     response_timeout: Duration,
+    response_deadline: Duration,
     connect_timeout: Duration,
     max_response_bytes: usize,
     limiter: Option<RateLimiter>,
@@ -291,6 +304,14 @@ impl ProviderBuilder {
         self.response_timeout = d;
         self
     }
+    /// The longest one attempt may take, from sending the request to the response's end, however the server
+    /// trickles it. Default 30 min ([`DEFAULT_RESPONSE_DEADLINE`]). Past it, an attempt whose stream delivered no
+    /// content yet (only comments, pings, a body one byte at a time) counts as stalled and is retried; one that
+    /// was delivering content fails (retrying a generation that slow would only take as long again).
+    pub fn response_deadline(mut self, d: Duration) -> Self {
+        self.response_deadline = d;
+        self
+    }
     /// The longest wait for a connection. Default 30 s.
     pub fn connect_timeout(mut self, d: Duration) -> Self {
         self.connect_timeout = d;
@@ -352,6 +373,7 @@ impl ProviderBuilder {
         for (what, d) in [
             ("idle timeout", self.idle_timeout),
             ("response timeout", self.response_timeout),
+            ("response deadline", self.response_deadline),
             ("connect timeout", self.connect_timeout),
         ] {
             if d.is_zero() {
@@ -399,6 +421,8 @@ impl ProviderBuilder {
         let accept = if self.stream { "text/event-stream" } else { "application/json" };
         headers.insert(ACCEPT, HeaderValue::from_static(accept));
         headers.insert(USER_AGENT, HeaderValue::from_static(concat!("reins/", env!("CARGO_PKG_VERSION"))));
+        // Bodies as they are: a compressed answer would otherwise be read as text (see `Provider::attempt`).
+        headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
         if let Some(key) = &self.api_key {
             let (name, value) = match self.api {
                 Api::Anthropic => (HeaderName::from_static("x-api-key"), key.trim().to_owned()),
@@ -422,11 +446,25 @@ impl ProviderBuilder {
         }
 
         install_crypto_provider();
+        // No redirect is followed: a redirect would carry the API key, the headers and the whole conversation
+        // to wherever the server's `Location` names (reqwest keeps `x-api-key` and custom headers across hosts).
         let client = reqwest::Client::builder()
             .connect_timeout(self.connect_timeout)
             .pool_idle_timeout(Duration::from_secs(60))
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| ProviderError::Client(error_chain(&e)))?;
+        // What a stream may deliver before it is cut as over the response cap: generous bytes per token of the cap
+        // sent (or the model's own), so that only a server ignoring the cap meets it.
+        let cap_tokens = self
+            .settings
+            .max_output_tokens
+            .map(u64::from)
+            .or_else(|| crate::pricing::model_info(&self.settings.model).map(|i| i.max_output_tokens))
+            .unwrap_or(u64::from(DEFAULT_RESPONSE_CAP));
+        let output_cap = usize::try_from(cap_tokens.saturating_mul(BYTES_PER_TOKEN))
+            .unwrap_or(usize::MAX)
+            .min(self.max_response_bytes);
         Ok(Provider {
             inner: Arc::new(Inner {
                 api: self.api,
@@ -438,7 +476,9 @@ impl ProviderBuilder {
                 retry: self.retry,
                 idle_timeout: self.idle_timeout,
                 response_timeout: self.response_timeout,
+                response_deadline: self.response_deadline,
                 max_response_bytes: self.max_response_bytes,
+                output_cap,
                 limiter: self.limiter.unwrap_or_default(),
             }),
         })
@@ -491,7 +531,10 @@ struct Inner {
     retry: RetryPolicy,
     idle_timeout: Duration,
     response_timeout: Duration,
+    response_deadline: Duration,
     max_response_bytes: usize,
+    /// The content a stream may deliver, in bytes, before it is cut at the response cap.
+    output_cap: usize,
     limiter: RateLimiter,
 }
 
@@ -578,6 +621,7 @@ impl Provider {
             retry: RetryPolicy::default(),
             idle_timeout: Duration::from_secs(120),
             response_timeout: Duration::from_secs(600),
+            response_deadline: DEFAULT_RESPONSE_DEADLINE,
             connect_timeout: Duration::from_secs(30),
             max_response_bytes: 64 << 20,
             limiter: None,
@@ -649,14 +693,41 @@ impl Provider {
         }
         let content_type =
             headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").trim().to_ascii_lowercase();
+        if status.is_redirection() {
+            return Err(redirect_refused(status, &headers));
+        }
+        // Reins asks for bodies as they are (`Accept-Encoding: identity`) and decodes none: an encoded body read
+        // as text would be recorded as replacement characters.
+        let encoding = headers
+            .get(CONTENT_ENCODING)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_ascii_lowercase())
+            .filter(|e| !e.is_empty() && e != "identity");
         if !status.is_success() {
             // An error body is only read for its message: a short cap, and what arrived is enough.
-            let body = read_body(&mut resp, 64 * 1024, inner.idle_timeout).await.unwrap_or_else(|(partial, _)| partial);
+            let (content_type, body) = match &encoding {
+                Some(e) => (
+                    "text/plain".to_owned(),
+                    format!("(a body in {:?} encoding, not read)", snippet(e, 40)).into_bytes(),
+                ),
+                None => {
+                    let body = read_body(&mut resp, 64 * 1024, inner.idle_timeout)
+                        .await
+                        .unwrap_or_else(|(partial, _)| partial);
+                    (content_type, body)
+                }
+            };
             let mut f = classify_status(status.as_u16(), status.canonical_reason().unwrap_or(""), &content_type, &body);
             if f.retryable() {
                 f.retry_after = retry_after(&headers, now);
             }
             return Err(f);
+        }
+        if let Some(e) = encoding {
+            return Err(Failure::malformed(format!(
+                "the response came in {:?} encoding, which Reins did not ask for (it sends Accept-Encoding: identity) and \
+                 does not decode: check the proxy or server in between",
+                snippet(&e, 40)
+            )));
         }
         if inner.stream && content_type.starts_with("text/event-stream") {
             return self.read_stream(resp, emit).await;
@@ -707,10 +778,60 @@ impl Provider {
                 if state.on_event(&ev, emit)? {
                     return state.finish();
                 }
+                if emit.content > inner.output_cap {
+                    // A server streaming past the response cap it was sent: end the answer there (dropping the
+                    // response closes the connection).
+                    tracing::warn!(
+                        target: "reins::provider",
+                        "the stream's content passed {} bytes ({BYTES_PER_TOKEN} a token of the response cap): cut, the answer ends truncated",
+                        inner.output_cap
+                    );
+                    return Ok(emit.cut(inner.output_cap));
+                }
             }
         }
         parser.finish();
         state.finish()
+    }
+}
+
+/// A 3xx answer: never followed (it would take the key and the conversation elsewhere), reported with where it
+/// pointed, escaped and bounded.
+fn redirect_refused(status: reqwest::StatusCode, headers: &HeaderMap) -> Failure {
+    let location = match headers.get(reqwest::header::LOCATION) {
+        Some(v) => format!("to {:?}", snippet(&String::from_utf8_lossy(v.as_bytes()), 200)),
+        None => "with no Location".to_owned(),
+    };
+    let reason = status.canonical_reason().map(|r| format!(" {r}")).unwrap_or_default();
+    Failure::new(
+        FailKind::Rejected(status.as_u16()),
+        format!(
+            "the server redirects {location} (HTTP {}{reason}); Reins follows no redirect, which would send the API key \
+             and the conversation there: set the base URL to the API's own address",
+            status.as_u16()
+        ),
+    )
+}
+
+impl Provider {
+    /// An attempt that did not end within the response deadline: stalled (retried) when no content had arrived,
+    /// else a final failure.
+    fn past_deadline(&self, emit: &Emit) -> Failure {
+        let deadline = humantime::format_duration(self.inner.response_deadline);
+        if emit.content == 0 {
+            Failure::transient(format!(
+                "the response stalled: no content within {deadline} (the provider's response_deadline)"
+            ))
+        } else {
+            Failure::new(
+                FailKind::Failed,
+                format!(
+                    "the response did not end within {deadline} (the provider's response_deadline); {} bytes of \
+                     content had arrived",
+                    emit.content
+                ),
+            )
+        }
     }
 }
 
@@ -781,12 +902,14 @@ impl Model for Provider {
             let Some(permit) = inner.limiter.acquire(cancel).await else {
                 return Err(ModelError::Cancelled);
             };
+            emit.begin_attempt();
             let result = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return Err(ModelError::Cancelled),
-                r = self.attempt(&body, &mut emit) => r,
+                r = tokio::time::timeout(inner.response_deadline, self.attempt(&body, &mut emit)) => r,
             };
             drop(permit);
+            let result = result.unwrap_or_else(|_| Err(self.past_deadline(&emit)));
             let failure = match result {
                 Ok(response) => return Ok(response),
                 Err(f) => f,
@@ -799,8 +922,8 @@ impl Model for Provider {
                     return Err(ModelError::Failed(format!(
                         "{}: the server asks to retry after {}, longer than the {} allowed (RetryPolicy::max_retry_after)",
                         failure.message,
-                        humantime::format_duration(d),
-                        humantime::format_duration(inner.retry.max_retry_after)
+                        crate::retry::readable(d),
+                        crate::retry::readable(inner.retry.max_retry_after)
                     )));
                 }
                 Some(d) => {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use reins::{Delta, DeltaSink, ModelError, Usage};
+use reins::{Delta, DeltaSink, FinishReason, ModelError, ModelResponse, Usage};
 use serde_json::Value;
 
 use crate::retry::retryable_status;
@@ -66,15 +66,27 @@ impl Failure {
     }
 }
 
-/// Delivers deltas to the current run's sink and remembers whether any was delivered.
+/// Delivers deltas to the current run's sink and remembers whether any was delivered; counts an attempt's
+/// content (text, reasoning, tool names and arguments, in bytes) and keeps its text and reasoning, which is what a
+/// stream cut at the response cap answers with.
 pub(crate) struct Emit {
     sink: Option<DeltaSink>,
     pub emitted: bool,
+    /// This attempt's content so far, in bytes.
+    pub content: usize,
+    text: String,
+    reasoning: String,
 }
 
 impl Emit {
     pub fn new(sink: Option<DeltaSink>) -> Self {
-        Self { sink, emitted: false }
+        Self { sink, emitted: false, content: 0, text: String::new(), reasoning: String::new() }
+    }
+    /// A new attempt: nothing of its content arrived yet.
+    pub fn begin_attempt(&mut self) {
+        self.content = 0;
+        self.text.clear();
+        self.reasoning.clear();
     }
     pub fn send(&mut self, delta: Delta) {
         if let Some(s) = &self.sink {
@@ -83,23 +95,49 @@ impl Emit {
         }
     }
     pub fn text(&mut self, text: &str) {
+        self.content = self.content.saturating_add(text.len());
+        self.text.push_str(text);
         if !text.is_empty() && self.sink.is_some() {
             self.send(Delta::Text { text: text.to_owned() });
         }
     }
     pub fn reasoning(&mut self, text: &str) {
+        self.content = self.content.saturating_add(text.len());
+        self.reasoning.push_str(text);
         if !text.is_empty() && self.sink.is_some() {
             self.send(Delta::Reasoning { text: text.to_owned() });
         }
     }
     pub fn call(&mut self, index: usize, id: &str, name: &str) {
+        self.content = self.content.saturating_add(name.len().max(1));
         if self.sink.is_some() {
             self.send(Delta::ToolCall { index, id: id.to_owned(), name: name.to_owned() });
         }
     }
     pub fn arguments(&mut self, index: usize, fragment: &str) {
+        self.content = self.content.saturating_add(fragment.len());
         if !fragment.is_empty() && self.sink.is_some() {
             self.send(Delta::ToolArguments { index, fragment: fragment.to_owned() });
+        }
+    }
+    /// The answer of a stream cut once its content passed `cap` bytes: the text and reasoning that arrived (the
+    /// text within `cap` bytes), no tool call (a call cut off is no proposal: it never runs), finish reason
+    /// `length` (the run ends `truncated`, as when the server stops at the response cap), usage unknown.
+    pub fn cut(&mut self, cap: usize) -> ModelResponse {
+        let mut text = std::mem::take(&mut self.text);
+        if text.len() > cap {
+            let mut end = cap;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text.truncate(end);
+        }
+        let reasoning = std::mem::take(&mut self.reasoning);
+        ModelResponse {
+            text,
+            reasoning: (!reasoning.is_empty()).then_some(reasoning),
+            finish_reason: Some(FinishReason::Length),
+            ..ModelResponse::default()
         }
     }
 }
@@ -130,13 +168,49 @@ pub(crate) fn schema_object(schema: &Value) -> Value {
     }
 }
 
-/// A non-negative integer at `path`, or 0.
-pub(crate) fn count(v: &Value, path: &[&str]) -> u64 {
+/// The largest float taken as a token count: every integer up to it has an exact `f64`.
+const MAX_FLOAT_COUNT: f64 = 9_007_199_254_740_992.0; // 2^53
+
+/// A token count at `path` of a usage object: a JSON integer from 0, or a float with no fraction up to 2^53
+/// (`500.0`); an absent or null field is 0. Anything else — a string (`"100"`), a negative number, a fraction, a float
+/// out of range (`1e30`), a boolean, an array — is malformed usage: `Err` names the field and what it held.
+pub(crate) fn count(v: &Value, path: &[&str]) -> Result<u64, String> {
     let mut cur = v;
     for key in path {
         cur = &cur[*key];
     }
-    cur.as_u64().unwrap_or(0)
+    let bad = || format!("{} is {}", path.join("."), snippet(&cur.to_string(), 40));
+    match cur {
+        Value::Null => Ok(0),
+        Value::Number(n) => match (n.as_u64(), n.as_f64()) {
+            (Some(u), _) => Ok(u),
+            (None, Some(f)) if f.is_finite() && (0.0..=MAX_FLOAT_COUNT).contains(&f) && f.fract() == 0.0 => {
+                Ok(f as u64)
+            }
+            _ => Err(bad()),
+        },
+        _ => Err(bad()),
+    }
+}
+
+/// The usage a response reported: its counts, or `None` — with a warning on the model call's span — when the
+/// usage object is not an object or one of its counts is malformed (see [`count`]). Such a call counts among those
+/// that reported no usage (`calls_without_usage`), never as zero tokens, so that a token or cost limit is not
+/// fooled into seeing nothing spent.
+pub(crate) fn checked_usage(u: &Value, counts: impl FnOnce(&Value) -> Result<Usage, String>) -> Option<Usage> {
+    let why = match u {
+        Value::Null => return None,
+        Value::Object(_) => match counts(u) {
+            Ok(usage) => return Some(usage),
+            Err(why) => why,
+        },
+        other => format!("usage is {}", snippet(&other.to_string(), 40)),
+    };
+    tracing::warn!(
+        target: "reins::provider",
+        "malformed usage in the response ({why}): the call counts as one that reported no usage"
+    );
+    None
 }
 
 /// Usage with the parts clamped so that it is always consistent (cached ≤ input, reasoning ≤ output).
@@ -447,6 +521,36 @@ mod tests {
         );
     }
 
+    /// Values a server might put where a token count belongs.
+    fn count_value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            any::<u64>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            (0u64..1 << 60).prop_map(|n| Value::from(n as f64)),
+            any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
+            prop_oneof![Just(500.0), Just(1e30), Just(-5.0), Just(0.5), Just(-0.0), Just(9_007_199_254_740_994.0)]
+                .prop_map(Value::from),
+            "[0-9]{1,4}".prop_map(Value::from),
+            any::<bool>().prop_map(Value::from),
+            Just(Value::Null),
+            Just(json!([1])),
+        ]
+    }
+
+    /// What [`count`] must make of `v`, by the rule written out once more.
+    fn expected_count(v: &Value) -> Option<u64> {
+        match v {
+            Value::Null => Some(0),
+            Value::Number(n) if n.is_u64() => n.as_u64(),
+            Value::Number(n) if n.is_i64() => None,
+            Value::Number(n) => {
+                let f = n.as_f64()?;
+                ((0.0..=9_007_199_254_740_992.0).contains(&f) && f.trunc() == f).then_some(f as u64)
+            }
+            _ => None,
+        }
+    }
+
     proptest! {
         #[test]
         fn classification_never_panics(status in 100u16..600, body in proptest::collection::vec(any::<u8>(), 0..300), ct in "[a-z/]{0,20}") {
@@ -461,6 +565,43 @@ mod tests {
                 prop_assert_eq!(v, json!({}));
             } else if serde_json::from_str::<Value>(&raw).is_err() {
                 prop_assert_eq!(arguments_text(&v), raw);
+            }
+        }
+
+        /// Any JSON value as a token count: a count exactly when it is an integer from 0 or a float with no
+        /// fraction up to 2^53 (then that number), 0 when null; anything else is malformed (issue 22, item 10).
+        #[test]
+        fn usage_counts(v in count_value()) {
+            let want = expected_count(&v);
+            let got = count(&json!({"n": v.clone()}), &["n"]);
+            prop_assert_eq!(got.clone().ok(), want, "{} gave {:?}", v, got);
+        }
+
+        /// Each adapter's usage parser: usage exactly when every count it reads is one, never zero for a
+        /// malformed one.
+        #[test]
+        fn usage_objects(values in proptest::collection::vec(count_value(), 4)) {
+            type Parser = fn(&Value) -> Option<Usage>;
+            let adapters: [(Parser, [&str; 4]); 3] = [
+                (crate::openai_chat::parse_usage, ["prompt_tokens", "completion_tokens", "prompt_tokens_details.cached_tokens", "completion_tokens_details.reasoning_tokens"]),
+                (crate::openai_responses::parse_usage, ["input_tokens", "output_tokens", "input_tokens_details.cached_tokens", "output_tokens_details.reasoning_tokens"]),
+                (crate::anthropic::parse_usage, ["input_tokens", "output_tokens", "cache_read_input_tokens", "output_tokens_details.thinking_tokens"]),
+            ];
+            for (parse, fields) in adapters {
+                let mut u = json!({});
+                for (field, v) in fields.iter().zip(&values) {
+                    match field.split_once('.') {
+                        Some((outer, inner)) => u[outer] = json!({inner: v.clone()}),
+                        None => u[*field] = v.clone(),
+                    }
+                }
+                let counts: Option<Vec<u64>> = values.iter().map(expected_count).collect();
+                let got = parse(&u);
+                prop_assert_eq!(got.is_some(), counts.is_some(), "{} gave {:?}", u, got);
+                if let (Some(usage), Some(c)) = (got, counts) {
+                    prop_assert!(usage.input_tokens >= c[0], "{}: {:?}", u, usage);
+                    prop_assert_eq!(usage.output_tokens, c[1]);
+                }
             }
         }
 

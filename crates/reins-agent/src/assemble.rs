@@ -137,6 +137,18 @@ fn invalid(m: impl Into<String>) -> BuildError {
     BuildError::Invalid(m.into())
 }
 
+/// A model of unknown price under a cost limit, named by its key.
+fn unpriced(key: &str, spec: Option<&crate::value::ModelSpec>, max: f64) -> BuildError {
+    let spec = spec.map_or_else(String::new, |s| format!("{:?} ", s.to_string()));
+    DefError::at(
+        key,
+        format!(
+            "the model {spec}has no known price, and the run has a cost limit (max_cost_usd ${max}) that every model of it counts against: give its price ([provider] price, in this agent's table) or remove the limit"
+        ),
+    )
+    .into()
+}
+
 /// A sub-agent's build error, said to be the sub-agent's.
 fn within_agent(name: &str, e: BuildError) -> BuildError {
     match e {
@@ -244,6 +256,9 @@ impl AgentDef {
         if let Some(d) = p.response_timeout {
             b = b.response_timeout(d.0);
         }
+        if let Some(d) = p.response_deadline {
+            b = b.response_deadline(d.0);
+        }
         if let Some(d) = p.connect_timeout {
             b = b.connect_timeout(d.0);
         }
@@ -276,12 +291,24 @@ impl AgentDef {
                 p.max_concurrent_requests.map(|n| usize::try_from(n.get()).unwrap_or(usize::MAX)),
             ));
         }
+        let secrets = self.provider_secrets(api);
         let provider = b.build().map_err(|e| match e {
             ProviderError::MissingApiKey { env } => BuildError::MissingApiKey { model: spec.to_string(), env },
-            other => invalid(other.to_string()),
+            other => invalid(secrets.mask(&other.to_string())),
         })?;
         let pricing = Pricing { price: reins::Model::price(&provider), model: name };
-        Ok((Arc::new(provider), Some(pricing)))
+        // What the server sends back in an error (a gateway echoing the key it was sent) is masked before
+        // the engine records it.
+        Ok((reins::MaskedModel::wrap(Arc::new(provider), secrets), Some(pricing)))
+    }
+
+    /// The secrets of this definition's provider for `api`: its API key (from the environment), its header
+    /// values and the userinfo of its base URL — masked in whatever its server answers.
+    pub fn provider_secrets(&self, api: reins_providers::Api) -> reins::Secrets {
+        let p = &self.provider;
+        let key = std::env::var(api.key_env()).ok();
+        let userinfo = p.base_url.as_deref().map(reins::Secrets::url_userinfo).unwrap_or_default();
+        reins::Secrets::new(key.into_iter().chain(p.headers.values().cloned()).chain(userinfo))
     }
 
     /// The tools other than MCP servers': the test tools, and the file tools and command presets of the workspace.
@@ -491,9 +518,22 @@ impl AgentDef {
     /// Builds every part but the MCP servers, which the caller started ([`AgentDef::start_mcp`], for example
     /// raced against a signal). Dropping the result stops them.
     pub fn parts_with(&self, mcp: Option<Arc<McpTools>>) -> Result<Parts, BuildError> {
+        self.parts_under(mcp, None)
+    }
+
+    /// [`AgentDef::parts_with`] for an agent that runs under a cost limit of its parent's (`cost_limit`):
+    /// every model of it — its own, its summary model's, its sub-agents' at every depth — must have a known
+    /// price under its own or an inherited limit, or nothing is built.
+    fn parts_under(&self, mcp: Option<Arc<McpTools>>, cost_limit: Option<f64>) -> Result<Parts, BuildError> {
         self.validate()?;
         self.check_secrets()?;
+        let cost_limit = self.limits.max_cost_usd.map(|c| c.get()).or(cost_limit);
         let (model, pricing) = self.build_model()?;
+        if let Some(max) = cost_limit {
+            if model.price().is_none() {
+                return Err(unpriced("model", self.model.as_ref(), max));
+            }
+        }
         let mut workspace = self.build_workspace()?;
         let mut notes = Vec::new();
         let mut agent_pricing = std::collections::BTreeMap::new();
@@ -506,7 +546,7 @@ impl AgentDef {
                 )
                 .into());
             }
-            let sub = def.parts_with(None).map_err(|e| within_agent(name, e))?;
+            let sub = def.parts_under(None, cost_limit).map_err(|e| within_agent(name, e))?;
             notes.extend(sub.notes.iter().map(|n| format!("sub-agent {name}: {n}")));
             if let Some(p) = &sub.pricing {
                 agent_pricing.insert(name.clone(), p.clone());
@@ -521,6 +561,11 @@ impl AgentDef {
         let limits = self.build_limits();
         let context = self.build_context()?;
         let compact_model = self.build_compact_model()?;
+        if let (Some(max), Some(m)) = (cost_limit, &compact_model) {
+            if m.price().is_none() {
+                return Err(unpriced("context.compact_model", self.context.compact_model.as_ref(), max));
+            }
+        }
         let own_instructions = self.instructions_text()?;
         let (instructions, own_notes) = self.compose_instructions(&workspace, own_instructions.clone());
         notes.splice(0..0, own_notes);

@@ -13,8 +13,9 @@ use serde::{Deserialize, Serialize};
 use crate::error::DefError;
 use crate::value::{Count, Dur, ModelKind, ModelSpec, Positive, PriceDef, Temperature, ToolChoiceSpec, Usd};
 
-/// What a secret value is replaced with wherever a definition is shown or recorded.
-pub const REDACTED: &str = "<redacted>";
+/// What a secret value is replaced with wherever a definition is shown or recorded (the core's marker,
+/// also what secrets echoed by a server are masked with).
+pub const REDACTED: &str = reins::REDACTED;
 
 /// The default of `limits.max_steps`.
 pub const DEFAULT_MAX_STEPS: u64 = 50;
@@ -283,7 +284,8 @@ pub struct McpServerDef {
     /// Its arguments.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
-    /// Variables added to its environment (values of secret-looking names are masked and never recorded).
+    /// Its environment variables: with the safe variables of Reins' own environment (`PATH`, `HOME`, ...; no
+    /// API key), the whole of what it gets. Every value is masked when shown and never recorded.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
     /// Its working directory (relative to the agent file).
@@ -457,7 +459,10 @@ impl AgentDef {
             if !(url.starts_with("http://") || url.starts_with("https://")) || url.chars().any(char::is_whitespace) {
                 return Err(DefError::at(
                     "provider.base_url",
-                    format!("invalid base URL {url:?}: expected an http:// or https:// URL"),
+                    format!(
+                        "invalid base URL {:?}: expected an http:// or https:// URL",
+                        reins::secrets::redact_url(url)
+                    ),
                 ));
             }
         }
@@ -571,25 +576,47 @@ impl AgentDef {
     }
 
     /// The same definition with every secret replaced by [`REDACTED`]: the values of HTTP headers (the
-    /// provider's and each MCP server's) and of MCP environment variables whose names look like secrets
-    /// (`*KEY*`, `*SECRET*`, `*TOKEN*`, `*PASSWORD*`). API keys are never in a definition at all.
+    /// provider's and each MCP server's), every MCP environment value (whatever its name), and the
+    /// userinfo of a URL (`http://user:password@host`: `provider.base_url`, an MCP server's `url`). API keys
+    /// are never in a definition at all.
     pub fn redacted(&self) -> AgentDef {
         let mut def = self.clone();
         for v in def.provider.headers.values_mut() {
             *v = REDACTED.to_owned();
         }
+        if let Some(url) = &mut def.provider.base_url {
+            *url = reins::secrets::redact_url(url).into_owned();
+        }
         for server in def.mcp.values_mut() {
-            for v in server.headers.values_mut() {
+            for v in server.headers.values_mut().chain(server.env.values_mut()) {
                 *v = REDACTED.to_owned();
             }
-            for (k, v) in &mut server.env {
-                if reins_tools::is_secret_name(k) {
-                    *v = REDACTED.to_owned();
-                }
+            if let Some(url) = &mut server.url {
+                *url = reins::secrets::redact_url(url).into_owned();
             }
         }
         for sub in def.agents.values_mut() {
             *sub = sub.redacted();
+        }
+        def
+    }
+
+    /// [`AgentDef::redacted`], and the values of `provider.extra_body` masked too: how `reins config show`
+    /// prints a definition (a body field may carry a credential a server wants there). Sessions record
+    /// `extra_body` as it is, so that a resumed run sends the same requests.
+    pub fn shown(&self) -> AgentDef {
+        let mut def = self.redacted();
+        if let Some(extra) = &mut def.provider.extra_body {
+            for v in extra.values_mut() {
+                *v = serde_json::Value::from(REDACTED);
+            }
+        }
+        for sub in def.agents.values_mut() {
+            if let Some(extra) = &mut sub.provider.extra_body {
+                for v in extra.values_mut() {
+                    *v = serde_json::Value::from(REDACTED);
+                }
+            }
         }
         def
     }
@@ -602,7 +629,13 @@ impl AgentDef {
                 out.push(format!("provider.headers.{k}"));
             }
         }
+        if self.provider.base_url.as_deref().is_some_and(reins::secrets::is_redacted_url) {
+            out.push("provider.base_url".to_owned());
+        }
         for (name, server) in &self.mcp {
+            if server.url.as_deref().is_some_and(reins::secrets::is_redacted_url) {
+                out.push(format!("mcp.{name}.url"));
+            }
             for (k, v) in server.headers.iter().chain(&server.env) {
                 if v == REDACTED {
                     out.push(format!(

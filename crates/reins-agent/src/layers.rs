@@ -256,7 +256,7 @@ impl Resolved {
     /// Every set key with its value (secrets masked) and origin, in the definition's order.
     pub fn entries(&self) -> Vec<Entry> {
         let mut flat = Vec::new();
-        flatten("", &self.def.redacted().to_json(), &mut flat);
+        flatten("", &self.def.shown().to_json(), &mut flat);
         flat.into_iter()
             .map(|(key, value)| {
                 let origin = self.origin(&key).cloned().unwrap_or(Origin::Default);

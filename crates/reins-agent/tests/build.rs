@@ -269,3 +269,39 @@ fn a_sub_agent_that_cannot_be_built_is_named() {
     let e = AgentDef::from_toml(&text, dir.path()).unwrap().parts_with(None).unwrap_err().to_string();
     assert!(e.starts_with("agents.echo: the agent already has a tool named \"echo\""), "{e}");
 }
+
+/// Under a cost limit every model of the run needs a price: a sub-agent's own model and a summary model's are refused before anything runs, each
+/// named by its key; priced ones build; a sub-agent's own limit asks the same of its models.
+#[test]
+fn every_model_of_a_run_under_a_cost_limit_needs_a_price() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = script(dir.path(), json!([{"content": "x"}]));
+    let priced = "[provider]\nprice = { input_per_mtok = 1.0, output_per_mtok = 2.0 }\n";
+    let err = |text: &str| AgentDef::from_toml(text, dir.path()).unwrap().parts_with(None).err().map(|e| e.to_string());
+    let root = format!("model = \"script:{s}\"\n{priced}[limits]\nmax_cost_usd = 1.0\n");
+
+    let child = format!("{root}[agents.helper]\nmodel = \"script:{s}\"\n");
+    let e = err(&child).expect("an unpriced sub-agent is refused");
+    assert!(e.starts_with("agents.helper.model: the model \"script:"), "{e}");
+    assert!(e.contains("has no known price") && e.contains("max_cost_usd $1"), "{e}");
+    assert_eq!(
+        err(&format!("{child}[agents.helper.provider]\nprice = {{ input_per_mtok = 1.0, output_per_mtok = 2.0 }}\n")),
+        None
+    );
+
+    // A sub-agent that inherits the parent's model inherits its price.
+    assert_eq!(err(&format!("{root}[agents.helper]\ninstructions = \"help\"\n")), None);
+
+    let compact = format!(
+        "model = \"script:{s}\"\n{priced}[limits]\nmax_cost_usd = 1.0\n[context]\ncompact_model = \"script:{s}\"\n"
+    );
+    let e = err(&compact).expect("an unpriced summary model is refused");
+    assert!(e.starts_with("context.compact_model: the model \"script:"), "{e}");
+
+    // Without a limit nothing needs a price; a sub-agent's own limit asks it of the sub-agent's models.
+    assert_eq!(err(&format!("model = \"script:{s}\"\n[agents.helper]\nmodel = \"script:{s}\"\n")), None);
+    let own = format!(
+        "model = \"script:{s}\"\n[agents.helper]\nmodel = \"script:{s}\"\n[agents.helper.limits]\nmax_cost_usd = 0.5\n"
+    );
+    assert!(err(&own).expect("refused").starts_with("agents.helper.model:"));
+}

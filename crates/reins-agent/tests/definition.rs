@@ -277,24 +277,44 @@ fn the_user_config_gives_defaults_and_profiles() {
 
 #[test]
 fn secrets_are_masked_and_a_redacted_definition_does_not_build() {
-    let def = every_key();
+    let mut def = every_key();
+    // Credentials in URLs: the provider's base URL and an MCP server's.
+    def.provider.base_url = Some("http://me:pw-secret-1@127.0.0.1:9/v1".into());
+    def.mcp.get_mut("web").unwrap().url = Some("https://tok:url-secret-2@mcp.example.test/mcp".into());
+    let secrets = ["secret-team-token", "secret-bearer", "ghp_secret", "pw-secret-1", "url-secret-2"];
     let red = def.redacted();
     assert_eq!(red.provider.headers["X-Team"], REDACTED);
     assert_eq!(red.mcp["web"].headers["Authorization"], REDACTED);
     assert_eq!(red.mcp["fs"].env["GITHUB_TOKEN"], REDACTED);
-    assert_eq!(red.mcp["fs"].env["DEBUG"], "0", "only secret-looking names are masked");
+    assert_eq!(red.mcp["fs"].env["DEBUG"], REDACTED, "every env value is masked, whatever its name");
+    assert_eq!(red.provider.base_url.as_deref(), Some("http://<redacted>@127.0.0.1:9/v1"));
+    assert_eq!(red.mcp["web"].url.as_deref(), Some("https://<redacted>@mcp.example.test/mcp"));
+    assert_eq!(red.provider.extra_body, def.provider.extra_body, "recorded: a resumed run sends the same body");
     let text = serde_json::to_string(&red.to_json()).unwrap();
-    for secret in ["secret-team-token", "secret-bearer", "ghp_secret"] {
+    for secret in secrets {
         assert!(!text.contains(secret), "{secret} leaked: {text}");
     }
     let config = def.session_config(Some("Be brief."));
     let recorded = serde_json::to_string(&config).unwrap();
-    for secret in ["secret-team-token", "secret-bearer", "ghp_secret"] {
+    for secret in secrets {
         assert!(!recorded.contains(secret), "{secret} recorded: {recorded}");
     }
+    // Shown (`config show`), the extra body's values are masked too.
+    let shown = def.shown();
+    assert!(shown.provider.extra_body.as_ref().unwrap().values().all(|v| v == REDACTED), "{shown:?}");
     let mut keys = red.redacted_keys();
     keys.sort();
-    assert_eq!(keys, ["mcp.fs.env.GITHUB_TOKEN", "mcp.web.headers.Authorization", "provider.headers.X-Team"]);
+    assert_eq!(
+        keys,
+        [
+            "mcp.fs.env.DEBUG",
+            "mcp.fs.env.GITHUB_TOKEN",
+            "mcp.web.headers.Authorization",
+            "mcp.web.url",
+            "provider.base_url",
+            "provider.headers.X-Team"
+        ]
+    );
     let e = red.check_secrets().unwrap_err().to_string();
     assert!(e.starts_with("provider.headers.X-Team: this secret was not recorded"), "{e}");
 }

@@ -232,7 +232,7 @@ fn show(args: &RunArgs) -> Result<u8, CliError> {
     });
     if args.json {
         let v = serde_json::json!({
-            "definition": resolved.def.redacted().to_json(),
+            "definition": resolved.def.shown().to_json(),
             "entries": resolved.entries(),
             "derived": { "context.max_context_tokens": derived },
             "api_key": api_key.map(|env| serde_json::json!({"env": env, "set": std::env::var_os(env).is_some_and(|v| !v.is_empty())})),

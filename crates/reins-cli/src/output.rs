@@ -9,6 +9,22 @@ use std::io::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// Writes `bytes` to the file at `path` (created, or truncated) readable by its owner only, whatever the umask:
+/// a new file is created 0600, an existing regular file loses its group and other bits (a device or a pipe,
+/// `--output /dev/stdout`, is written to as it is; so is another user's file this user may write).
+pub fn write_private(path: impl AsRef<std::path::Path>, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    let mut file =
+        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path.as_ref())?;
+    let meta = file.metadata()?;
+    if meta.is_file() && meta.permissions().mode() & 0o077 != 0 {
+        // Best effort: another user's file, which this user may write, keeps its mode.
+        let _ = file.set_permissions(std::fs::Permissions::from_mode(meta.permissions().mode() & 0o700));
+    }
+    file.write_all(bytes)?;
+    file.flush()
+}
+
 /// How [`escape`] shows line breaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lines {

@@ -222,7 +222,8 @@ pub async fn setup(
 /// Writes the outcome as pretty JSON.
 pub fn write_outcome(path: &PathBuf, outcome: &Outcome) -> anyhow::Result<()> {
     let json = serde_json::to_vec_pretty(outcome).context("serializing the outcome")?;
-    std::fs::write(path, json).with_context(|| format!("writing the outcome file {}", path.display()))
+    // Readable by its owner only, like everything Reins writes for its user.
+    crate::output::write_private(path, &json).with_context(|| format!("writing the outcome file {}", path.display()))
 }
 
 /// `reins run`.

@@ -129,3 +129,35 @@ fn the_summary_says_how_much_input_was_read_from_the_cache() {
     assert_eq!((u["cached_input_tokens"].as_u64(), u["cache_read_tokens"].as_u64()), (Some(750), Some(750)));
     assert_eq!(u["cache_write_tokens"], 200);
 }
+
+/// Issue 22, item 8: under `--max-cost-usd` a sub-agent's model of unknown price (6 M tokens that counted as $0)
+/// and an unpriced `--compact-model` are refused before the run starts, each named; nothing runs.
+#[test]
+fn a_cost_limit_refuses_an_unpriced_sub_agent_or_summary_model_before_the_run() {
+    let dir = Dir::new("cost-sub");
+    let child = dir.file(
+        "child.json",
+        &json!([{"content": "spent", "usage": {"input_tokens": 6_000_000, "output_tokens": 10}}]).to_string(),
+    );
+    let priced = "[provider]\nprice = { input_per_mtok = 1.0, output_per_mtok = 1.0 }\n";
+    let script =
+        json!([{"tool_calls": [{"id": "1", "name": "helper", "arguments": {"task": "go"}}]}, {"content": "done"}]);
+    let agent = format!("{priced}[agents.helper]\nmodel = \"script:{}\"\n", child.display());
+    let (out, outcome) = run_agent(&dir, script.clone(), &agent, &["--max-cost-usd", "1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("agents.helper.model") && stderr.contains("no known price"), "{stderr}");
+    assert!(stderr.contains("child.json"), "the model is named: {stderr}");
+    assert!(outcome.is_none(), "nothing ran");
+
+    let (out, outcome) = run_agent(
+        &dir,
+        script,
+        priced,
+        &["--max-cost-usd", "1", "--compact-model", &format!("script:{}", child.display())],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("context.compact_model") && stderr.contains("no known price"), "{stderr}");
+    assert!(outcome.is_none(), "nothing ran");
+}

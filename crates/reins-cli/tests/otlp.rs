@@ -154,6 +154,8 @@ async fn a_run_exports_gen_ai_spans_with_their_structure_attributes_and_cost() {
     assert_ne!(ok.status.as_ref().map(|s| s.code.as_str()), Some("STATUS_CODE_ERROR"));
     assert_eq!(a(failed, "error.type"), "tool_error");
     assert_eq!(failed.status.as_ref().map(|s| s.code.as_str()), Some("STATUS_CODE_ERROR"));
+    // Its status message is the error class alone: the tool's error text (it names the path) is content.
+    assert_eq!(failed.status.as_ref().map(|s| s.message.as_str()), Some("tool_error"));
     // The two calls ran in one batch: both started before the next model call.
     assert!(tools.iter().all(|t| t.end_time_unix_nano <= chats[1].start_time_unix_nano));
 
@@ -194,6 +196,9 @@ async fn content_goes_into_exported_spans_only_with_events_content() {
     let ok = tools.iter().find(|t| attr(t, "gen_ai.tool.call.id").as_deref() == Some("c1")).unwrap();
     assert!(attr(ok, "gen_ai.tool.call.arguments").is_some_and(|m| m.contains("a.txt")));
     assert!(attr(ok, "gen_ai.tool.call.result").is_some_and(|m| m.contains("secret-file-text")));
+    // With content on, a failed call's status message is its error text.
+    let failed = tools.iter().find(|t| attr(t, "gen_ai.tool.call.id").as_deref() == Some("c2")).unwrap();
+    assert!(failed.status.as_ref().is_some_and(|s| s.message.contains("missing.txt")), "{failed:#?}");
     assert!(named(&got, "chat script").iter().all(|c| attr(c, "gen_ai.input.messages").is_some()));
 }
 

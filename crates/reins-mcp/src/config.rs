@@ -30,7 +30,8 @@ pub enum Transport {
         /// Its arguments.
         #[serde(default)]
         args: Vec<String>,
-        /// Variables added to the inherited environment.
+        /// Its variables. A server never inherits Reins' whole environment: it gets the safe variables of
+        /// it ([`reins::secrets::DEFAULT_ENV_ALLOW`] less secret-looking names: no API key) plus these.
         #[serde(default)]
         env: BTreeMap<String, String>,
         /// Its working directory (the caller's when absent).
@@ -95,6 +96,17 @@ impl ServerConfig {
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = timeout;
         self
+    }
+
+    /// The secrets Reins knows about this server — its `env` values, its header values and its URL's
+    /// userinfo — which are masked in whatever it says (results, errors, its stderr) before Reins records it.
+    pub fn secrets(&self) -> reins::Secrets {
+        match &self.transport {
+            Transport::Stdio { env, .. } => reins::Secrets::new(env.values()),
+            Transport::Http { url, headers } => {
+                reins::Secrets::new(headers.values().cloned().chain(reins::Secrets::url_userinfo(url)))
+            }
+        }
     }
 
     /// Parses a command-line spec: `NAME=URL` (an `http://` or `https://` URL) or `NAME=COMMAND [ARGS...]`,

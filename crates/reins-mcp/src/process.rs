@@ -22,8 +22,10 @@ pub struct ServerProcess {
     finished: std::sync::atomic::AtomicBool,
 }
 
-/// Starts `command args...` in a new process group with piped stdio. Returns the process and its stdout
-/// and stdin, for the transport.
+/// Starts `command args...` in a new process group with piped stdio, with a scrubbed environment: the
+/// safe variables of Reins' own ([`reins::secrets::child_environment`] over
+/// [`reins::secrets::DEFAULT_ENV_ALLOW`], as a command preset gets them: no API key, nothing that looks like
+/// a secret) plus `env`. Returns the process and its stdout and stdin, for the transport.
 pub fn spawn(
     command: &str,
     args: &[String],
@@ -31,8 +33,14 @@ pub fn spawn(
     cwd: Option<&PathBuf>,
 ) -> std::io::Result<(ServerProcess, ChildStdout, ChildStdin)> {
     let mut cmd = Command::new(command);
+    let environment = reins::secrets::child_environment(
+        reins::secrets::DEFAULT_ENV_ALLOW.iter().copied(),
+        &std::collections::BTreeSet::new(),
+        env,
+    );
     cmd.args(args)
-        .envs(env)
+        .env_clear()
+        .envs(environment)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -64,6 +64,8 @@ pub struct McpServer {
     tools_changed: Arc<AtomicBool>,
     changes: Arc<AtomicU64>,
     server_info: Option<String>,
+    /// Its `env` values, header values and URL userinfo, masked in what it says.
+    secrets: reins::Secrets,
 }
 
 impl std::fmt::Debug for McpServer {
@@ -76,6 +78,14 @@ impl McpServer {
     /// Starts (stdio) or reaches (HTTP) the server and completes `initialize`, all within the configured
     /// start-up timeout. A server that does not answer in time is killed, with its process group.
     pub async fn connect(config: ServerConfig) -> Result<McpServer, McpError> {
+        let secrets = config.secrets();
+        match Self::connect_inner(config).await {
+            Ok(server) => Ok(McpServer { secrets, ..server }),
+            Err(e) => Err(mask_error(e, &secrets)),
+        }
+    }
+
+    async fn connect_inner(config: ServerConfig) -> Result<McpServer, McpError> {
         let name = config.name.clone();
         let timeout = config.startup_timeout;
         let tools_changed = Arc::new(AtomicBool::new(false));
@@ -126,6 +136,7 @@ impl McpServer {
             tools_changed,
             changes,
             server_info,
+            secrets: reins::Secrets::default(),
         })
     }
 
@@ -161,6 +172,10 @@ impl McpServer {
 
     /// Lists every tool (following pagination), within the start-up timeout.
     pub async fn list_tools(&self) -> Result<Vec<RemoteTool>, McpError> {
+        self.list_tools_inner().await.map_err(|e| mask_error(e, &self.secrets))
+    }
+
+    async fn list_tools_inner(&self) -> Result<Vec<RemoteTool>, McpError> {
         self.tools_changed.store(false, Ordering::SeqCst);
         let listed = tokio::time::timeout(self.config.startup_timeout, self.peer.list_all_tools()).await;
         let tools = match listed {
@@ -219,6 +234,19 @@ impl McpServer {
             meta.insert(IDEMPOTENCY_KEY_META.to_owned(), Value::String(key.to_owned()));
             params.meta = Some(rmcp::model::RequestMetaObject(rmcp::model::MetaObject(meta)));
         }
+        // What the server answers is masked before anyone records it: a server may echo its token.
+        self.call_params(tool, params, cancel)
+            .await
+            .map(|o| self.secrets.mask_output(o))
+            .map_err(|e| self.secrets.mask_tool_error(e))
+    }
+
+    async fn call_params(
+        &self,
+        tool: &str,
+        params: CallToolRequestParams,
+        cancel: &CancellationToken,
+    ) -> Result<ToolOutput, ToolError> {
         let timeout = self.config.call_timeout;
         let call = tokio::time::timeout(timeout, self.peer.call_tool(params));
         let result = tokio::select! {
@@ -311,6 +339,25 @@ pub(crate) fn plain(message: &str) -> String {
     }
     out.push_str(rest);
     out.replace("Transport  error: ", "").replace("Transport error: ", "")
+}
+
+/// A start-up error with the server's secrets masked (its stderr and answers are in the reasons).
+fn mask_error(e: McpError, secrets: &reins::Secrets) -> McpError {
+    if secrets.is_empty() {
+        return e;
+    }
+    match e {
+        McpError::Initialize { server, reason } => McpError::Initialize { server, reason: secrets.mask_string(reason) },
+        McpError::StartupTimeout { server, timeout, diagnosis } => {
+            McpError::StartupTimeout { server, timeout, diagnosis: secrets.mask_string(diagnosis) }
+        }
+        McpError::ListTools { server, reason } => McpError::ListTools { server, reason: secrets.mask_string(reason) },
+        McpError::Tool { server, tool, reason } => McpError::Tool { server, tool, reason: secrets.mask_string(reason) },
+        McpError::Spawn { server, command, reason } => {
+            McpError::Spawn { server, command, reason: secrets.mask_string(reason) }
+        }
+        other => other,
+    }
 }
 
 fn with_diagnosis(message: String, diagnosis: &str) -> String {

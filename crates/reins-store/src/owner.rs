@@ -47,8 +47,11 @@ impl OwnerLock {
     /// directory cannot be written): recording goes on either way.
     pub(crate) fn take(store: &Path, session_id: &str) -> Option<OwnerLock> {
         let path = lock_path(store, session_id)?;
-        std::fs::create_dir_all(path.parent()?).ok()?;
-        let mut file = OpenOptions::new().create(true).truncate(false).write(true).open(&path).ok()?;
+        crate::store::private_dir(path.parent()?).ok()?;
+        let mut file = {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(&path).ok()?
+        };
         flock(&file, FlockOperation::NonBlockingLockExclusive).ok()?;
         let _ = file.set_len(0);
         let _ = write!(file, "{}", std::process::id());

@@ -193,6 +193,32 @@ pub fn default_path() -> Result<PathBuf, StoreError> {
     Ok(PathBuf::from(home).join(".local").join("share").join("reins").join("sessions.db"))
 }
 
+/// Creates `dir` (and its missing parents) readable by its owner only (0700), whatever the umask. A directory
+/// that exists is left as it is.
+pub(crate) fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+/// The store's file readable by its owner only, whatever the umask: created 0600 before SQLite opens it (SQLite
+/// gives its `-wal` and `-shm` files the mode of the database's), or, made by an older Reins, its group and
+/// other bits taken away, and its `-wal`/`-shm` files' too. Best effort: a file Reins cannot change (another
+/// user's, a read-only file system) is left to SQLite to report.
+fn make_private(path: &Path) {
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    let _ = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path);
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = path.as_os_str().to_os_string();
+        name.push(suffix);
+        let p = Path::new(&name);
+        if let Ok(meta) = std::fs::symlink_metadata(p) {
+            if meta.is_file() && meta.permissions().mode() & 0o077 != 0 {
+                let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(meta.permissions().mode() & 0o700));
+            }
+        }
+    }
+}
+
 /// Runs `attempt` until it succeeds, fails otherwise than `busy`, or `timeout` has passed, pausing 2 ms and
 /// then twice as long each time (at most 100 ms): for the locks SQLite reports at once instead of waiting for
 /// them (another process creating the file or switching it to WAL).
@@ -330,7 +356,7 @@ impl Store {
     fn open_once(path: &Path, options: StoreOptions) -> Result<Store, StoreError> {
         let path = path.to_path_buf();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| StoreError::Directory { path: dir.to_path_buf(), source })?;
+            private_dir(dir).map_err(|source| StoreError::Directory { path: dir.to_path_buf(), source })?;
         }
         if path.is_dir() {
             return Err(StoreError::IsDirectory { path });
@@ -338,6 +364,7 @@ impl Store {
         if let Some(kind) = special_kind(&path) {
             return Err(StoreError::NotAFile { path, kind });
         }
+        make_private(&path);
         check_size(&path)?;
         let store = Store { path, options, pool: Arc::default(), flushes: Arc::default(), threads: Arc::default() };
         let mut conn = store.connect(false)?;

@@ -31,19 +31,13 @@ use crate::workspace::{PROTECTED_SCAN_LIMIT, ProtectedScan, RelPath, Workspace, 
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long output readers may keep draining after the group was killed or the leader exited.
 pub const DEFAULT_DRAIN: Duration = Duration::from_millis(500);
-/// Environment variables passed by default (when set in the parent), unless they look like secrets.
-pub const DEFAULT_ENV_ALLOW: &[&str] = &["PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "USER", "LOGNAME"];
+/// Environment variables passed by default (when set in the parent), unless they look like secrets; and
+/// the names that look like secrets (the core's, shared with MCP servers' environment).
+pub use reins::secrets::{DEFAULT_ENV_ALLOW, is_secret_name};
 /// The most arguments a model may pass.
 const MAX_MODEL_ARGS: usize = 64;
 /// The longest model argument, in bytes.
 const MAX_ARG_BYTES: usize = 4096;
-
-/// True for names that look like credentials: containing `KEY`, `SECRET`, `TOKEN` or `PASSWORD` (any case).
-/// Such variables are passed to a command only when a preset names them exactly.
-pub fn is_secret_name(name: &str) -> bool {
-    let up = name.to_ascii_uppercase();
-    ["KEY", "SECRET", "TOKEN", "PASSWORD"].iter().any(|w| up.contains(w))
-}
 
 /// Resource limits applied with `setrlimit` in the child before it executes. `None` leaves the inherited limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -507,20 +501,8 @@ impl CommandRunner {
 
     /// The environment a preset's command gets.
     pub fn environment(&self, preset: &Preset) -> Vec<(String, OsString)> {
-        let mut out: BTreeMap<String, OsString> = BTreeMap::new();
         let explicit: BTreeSet<&str> = preset.env.iter().map(String::as_str).collect();
-        for (name, value) in std::env::vars_os() {
-            let Some(name) = name.to_str() else { continue };
-            let allowed_default = self.config.env_allow.iter().any(|p| env_pattern_matches(p, name));
-            let pass = explicit.contains(name) || (allowed_default && !is_secret_name(name));
-            if pass {
-                out.insert(name.to_owned(), value);
-            }
-        }
-        for (k, v) in &preset.set_env {
-            out.insert(k.clone(), OsString::from(v));
-        }
-        out.into_iter().collect()
+        reins::secrets::child_environment(self.config.env_allow.iter().map(String::as_str), &explicit, &preset.set_env)
     }
 
     /// Runs the preset `name` with the model's `args`.
@@ -765,13 +747,6 @@ async fn remove_created(ws: &Arc<Workspace>, before: &ProtectedScan, after: &Pro
     .unwrap_or_else(|_| shown.into_iter().map(|s| format!("{s} (NOT removed: the removal stopped)")).collect())
 }
 
-fn env_pattern_matches(pattern: &str, name: &str) -> bool {
-    match pattern.strip_suffix('*') {
-        Some(prefix) => name.starts_with(prefix),
-        None => pattern == name,
-    }
-}
-
 /// The reason a command did not start: the system's description of the error (it names no path), so that a
 /// resource limit too small to start under reads "Too many open files", not "uncategorized error".
 fn spawn_message(e: &std::io::Error) -> String {
@@ -922,6 +897,7 @@ mod tests {
 
     #[test]
     fn secret_names_and_env_patterns() {
+        use reins::secrets::env_pattern_matches;
         for name in ["OPENAI_API_KEY", "aws_secret_access_key", "GITHUB_TOKEN", "DB_PASSWORD", "SSH_KEYS"] {
             assert!(is_secret_name(name), "{name}");
         }

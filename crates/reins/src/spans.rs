@@ -405,13 +405,15 @@ fn tool_span_built(call: &ToolCall, content: bool) -> Span {
 }
 
 /// Records a tool call's result: an error class and status when it failed, the result text when content
-/// is opted in (and the call succeeded, as the conventions say).
+/// is opted in (and the call succeeded, as the conventions say). A failed call's status message is its
+/// error text only with content opted in (the text is the tool's output: a path, a file's line, what a
+/// server said), else the error class alone.
 pub(crate) fn tool_result(span: &Span, is_error: bool, text: &str, error_type: &str, content: bool) {
     if span.is_disabled() {
         return;
     }
     if is_error {
-        fail(span, error_type, text);
+        fail(span, error_type, if content { text } else { error_type });
     } else if content {
         span.record("gen_ai.tool.call.result", text);
     }

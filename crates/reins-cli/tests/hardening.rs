@@ -530,3 +530,116 @@ fn mcp_list_shows_what_a_server_says_escaped() {
     assert!(stdout.contains("reads\\x1b]52;c;eA==\\x07 files\\u{202e}"), "{stdout}");
     assert!(stdout.contains("\\x1b]0;gone\\x07"), "the failed server's stderr, escaped: {stdout}");
 }
+
+/// The process id a program wrote to `file`, once it did.
+fn pid_in(file: &Path) -> Option<u32> {
+    std::fs::read_to_string(file).ok().and_then(|s| s.trim().parse().ok())
+}
+
+/// True while the process `pid` exists and is not a zombie.
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
+}
+
+/// Starts `reins` with `args` (stdout and stderr to files of `dir`), waits until the program it starts wrote its
+/// pid to `pid_file` and both `sleep ARG` of `sh -c 'sleep ARG & sleep ARG'` run, then kills reins with
+/// SIGKILL: the shell, both sleeps and their whole group die (polled up to 20 s).
+fn kill_9_mid(what: &str, dir: &Dir, tmp: &Path, arg: &str, pid_file: &Path, args: &[String]) {
+    let mut child = reins()
+        .env("TMPDIR", tmp)
+        .args(args)
+        .stdout(Stdio::from(std::fs::File::create(dir.0.join(format!("{what}.out"))).unwrap()))
+        .stderr(Stdio::from(std::fs::File::create(dir.0.join(format!("{what}.err"))).unwrap()))
+        .spawn()
+        .unwrap();
+    let mut found = Vec::new();
+    wait_until(&format!("the {what}'s two sleeps"), || {
+        found = processes_with(arg);
+        found.len() == 2 && pid_in(pid_file).is_some()
+    });
+    let shell = pid_in(pid_file).unwrap();
+    let pgid = found[0].1;
+    assert_eq!(pgid, shell, "{what}: the shell leads the group of its sleeps");
+    send("KILL", child.id());
+    child.wait().unwrap();
+    wait_until(&format!("the end of the {what}'s processes after kill -9 of reins"), || {
+        processes_with(arg).is_empty() && !alive(shell) && !group_alive(pgid)
+    });
+}
+
+/// `kill -9` of `reins` while a preset command, a hook and an MCP server run — each a shell with a background
+/// child, `sh -c 'sleep ARG & sleep ARG'`: nothing it started outlives it (before, the whole group lived on).
+/// The command's temp dir stays behind the killed process; the next run that runs a command removes it.
+#[test]
+fn nothing_reins_starts_outlives_a_kill_9_and_the_next_run_sweeps_the_temp_dir() {
+    let dir = Dir::new("kill9");
+    let (ws, tmp) = (dir.0.join("ws"), dir.0.join("tmp"));
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&tmp).unwrap();
+    let store = dir.store();
+
+    // A preset command.
+    let arg = unique_sleep(11);
+    let pid_file = ws.join("preset.pid");
+    let script = json!([
+        {"tool_calls": [{"id": "1", "name": "run_command", "arguments": {"command": "nap"}}]},
+        {"content": "slept"}
+    ]);
+    let script = dir.file("preset.json", &script.to_string());
+    let preset = format!("nap=sh -c 'echo $$ > {}; sleep {arg} & sleep {arg}'", pid_file.display());
+    let mut args: Vec<String> = vec!["run".into(), "--accept-weaker-sandbox".into(), "--model".into()];
+    args.push(format!("script:{}", script.display()));
+    args.extend(["--workspace".into(), ws.display().to_string(), "--preset".into(), preset]);
+    args.extend(["--store".into(), store.display().to_string(), "nap".into()]);
+    kill_9_mid("preset command", &dir, &tmp, &arg, &pid_file, &args);
+    let left = entries(&tmp, "reins-cmd-");
+    assert_eq!(left.len(), 1, "the killed run's temp dir stays: {left:?}");
+
+    // A pre_tool hook.
+    let arg = unique_sleep(12);
+    let pid_file = dir.0.join("hook.pid");
+    let agent = dir.file(
+        "hook.toml",
+        &format!(
+            "[[hooks]]\nevent = \"pre_tool\"\ncommand = [\"sh\", \"-c\", \"echo $$ > {}; sleep {arg} & sleep {arg}\"]\n",
+            pid_file.display()
+        ),
+    );
+    let script = json!([
+        {"tool_calls": [{"id": "1", "name": "echo", "arguments": {"text": "hi"}}]},
+        {"content": "done"}
+    ]);
+    let script = dir.file("hook.json", &script.to_string());
+    let mut args: Vec<String> = vec!["run".into(), "--test-tools".into(), "--agent".into()];
+    args.push(agent.display().to_string());
+    args.extend(["--model".into(), format!("script:{}", script.display()), "--no-store".into(), "hi".into()]);
+    kill_9_mid("hook", &dir, &tmp, &arg, &pid_file, &args);
+
+    // An MCP server (it never answers: reins is still starting it).
+    let arg = unique_sleep(13);
+    let pid_file = dir.0.join("mcp.pid");
+    let script = dir.file("mcp.json", &json!([{"content": "never asked"}]).to_string());
+    let mcp = format!("mute=sh -c 'echo $$ > {}; sleep {arg} & sleep {arg}'", pid_file.display());
+    let mut args: Vec<String> = vec!["run".into(), "--model".into(), format!("script:{}", script.display())];
+    args.extend(["--mcp".into(), mcp, "--no-store".into(), "go".into()]);
+    kill_9_mid("MCP server", &dir, &tmp, &arg, &pid_file, &args);
+
+    // The next run that runs a command removes the temp dir the killed one left, and its own.
+    let script = json!([
+        {"tool_calls": [{"id": "1", "name": "run_command", "arguments": {"command": "ok"}}]},
+        {"content": "fine"}
+    ]);
+    let script = dir.file("next.json", &script.to_string());
+    let out = reins()
+        .env("TMPDIR", &tmp)
+        .args(["run", "--accept-weaker-sandbox", "--no-store", "--model"])
+        .arg(format!("script:{}", script.display()))
+        .arg("--workspace")
+        .arg(&ws)
+        .args(["--preset", "ok=true", "go"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(entries(&tmp, "reins-cmd-"), Vec::<PathBuf>::new(), "stale temp dirs swept");
+}

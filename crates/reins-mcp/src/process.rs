@@ -1,5 +1,6 @@
 //! The child process of a stdio server: started in its own process group, its stderr kept as a bounded
-//! tail for error messages, and its whole group killed when it is shut down or dropped.
+//! tail for error messages, and its whole group killed when it is shut down or dropped — or, by the group's
+//! watcher ([`reins_tools::lifeline`]), when Reins dies, even by `kill -9`.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
@@ -49,6 +50,8 @@ pub fn spawn(
     if let Some(dir) = cwd {
         cmd.current_dir(dir);
     }
+    // The group dies with Reins, even after `kill -9` (its watcher kills it).
+    reins_tools::lifeline::supervise(&mut cmd)?;
     let mut child = cmd.spawn()?;
     let pid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
     let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {

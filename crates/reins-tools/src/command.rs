@@ -6,7 +6,13 @@
 //! directory inside the workspace (entered with `fchdir` on a handle opened beneath the root), resource limits
 //! set with `setrlimit`, and optionally the OS sandbox ([`crate::sandbox`]). On timeout, cancellation or drop the
 //! whole group is killed, and the output readers get a bounded drain time, so a grandchild that escaped the group
-//! and holds a pipe cannot hang the run. Output is captured per stream up to a byte cap, head and tail kept.
+//! and holds a pipe cannot hang the run. When Reins itself dies (even by `kill -9`), the group's watcher
+//! ([`crate::lifeline`]) kills the group. Output is captured per stream up to a byte cap, head and tail kept.
+//!
+//! Each command gets a private temporary directory (`$TMPDIR`), removed after it. A directory left by a process
+//! that was killed before it could remove its own is removed by the next process that runs a command (once,
+//! before its first): one named `reins-cmd-PID-…` in the temp dir, owned by this user, whose process `PID` is
+//! gone and whose lock no live process holds.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
@@ -411,19 +417,68 @@ fn kill_group(pgid: i32) {
     }
 }
 
-/// A private temporary directory, removed when dropped.
-struct TempDir(PathBuf);
+/// A private temporary directory, removed when dropped, and a shared lock on it held while it lives.
+struct TempDir(PathBuf, #[allow(dead_code)] Option<std::fs::File>);
+
+/// The prefix of a command's temporary directory; the process id and a random part follow.
+const TEMP_PREFIX: &str = "reins-cmd-";
 
 impl TempDir {
     /// A new directory under the system temp dir, private (0700), with a random name made afresh until one is
     /// free: a predictable name (the process id and a counter) collided with a directory left by an earlier
     /// process of the same id that was killed (found by CI), and in a shared temp dir anyone could take it first.
+    /// The first one of a process removes those that killed processes left ([`sweep_stale`]).
     fn create() -> std::io::Result<Self> {
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(|| sweep_stale(&std::env::temp_dir()));
         let dir = tempfile::Builder::new()
-            .prefix(&format!("reins-cmd-{}-", std::process::id()))
+            .prefix(&format!("{TEMP_PREFIX}{}-", std::process::id()))
             .permissions(std::fs::Permissions::from_mode(0o700))
-            .tempdir()?;
-        Ok(Self(dir.keep()))
+            .tempdir()?
+            .keep();
+        // The lock says "in use" to a sweeper in another PID namespace, where our process id means nothing.
+        let lock = std::fs::File::open(&dir)
+            .ok()
+            .filter(|f| rustix::fs::flock(f, rustix::fs::FlockOperation::NonBlockingLockShared).is_ok());
+        Ok(Self(dir, lock))
+    }
+}
+
+/// Removes the command temp dirs in `base` that processes killed before they could remove them left behind
+/// (`kill -9` of Reins: its commands die with it, see [`crate::lifeline`], but nothing removes their dirs):
+/// each directory named `reins-cmd-PID-…`, owned by this user, whose process `PID` does not exist and whose
+/// lock nobody holds. Everything else is left alone; failures are ignored (the directory stays).
+fn sweep_stale(base: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(base) else { return };
+    let me = rustix::process::geteuid().as_raw();
+    let own = std::process::id();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(TEMP_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let path = entry.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        if pid == own || !meta.is_dir() || std::os::unix::fs::MetadataExt::uid(&meta) != me {
+            continue;
+        }
+        // Only a process that does not exist at all (not one of another user, not an invalid id).
+        let gone = i32::try_from(pid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            .is_some_and(|p| rustix::process::test_kill_process(p) == Err(rustix::io::Errno::SRCH));
+        if !gone {
+            continue;
+        }
+        let Ok(dir) = std::fs::File::open(&path) else { continue };
+        if rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok() {
+            let _ = std::fs::remove_dir_all(&path);
+        }
     }
 }
 
@@ -571,6 +626,10 @@ impl CommandRunner {
         if let Some(key) = idempotency_key {
             cmd.env(IDEMPOTENCY_KEY_ENV, key);
         }
+        // First: the group's watcher, which ends the group when Reins ends (even by `kill -9`), is forked before
+        // the closures below run.
+        crate::lifeline::supervise(&mut cmd)
+            .map_err(|e| CommandError::Spawn { name: name.to_owned(), message: format!("lifeline: {e}") })?;
         let raw_cwd = cwd_fd.as_raw_fd();
         let mut sandbox_state = prepared.take();
         // SAFETY: the closure runs in the forked child before exec. It only makes async-signal-safe system calls

@@ -2,7 +2,8 @@
 //! run through a shell) gets one JSON object on its standard input and answers one on its standard output
 //! (see [`reins::hook::parse_answer`]). It runs in its own process group, in the workspace (when there is
 //! one), with the caller's environment; its output is read up to a cap; on its timeout, the run's
-//! cancellation or when the call is dropped the whole group is killed. A hook that cannot be started, exits
+//! cancellation or when the call is dropped the whole group is killed, and when Reins dies (even by
+//! `kill -9`) its watcher kills it ([`crate::lifeline`]). A hook that cannot be started, exits
 //! with a failure, times out, prints too much or answers garbage is an error: the driver fails closed.
 
 use std::path::PathBuf;
@@ -71,6 +72,8 @@ impl CommandHook {
         if let Some(dir) = &self.workspace {
             cmd.current_dir(dir);
         }
+        // The group dies with Reins, even after `kill -9` (see `crate::lifeline`).
+        crate::lifeline::supervise(&mut cmd).map_err(|e| HookError(format!("cannot start {program:?}: {e}")))?;
         let mut child = cmd.spawn().map_err(|e| HookError(format!("cannot start {program:?}: {e}")))?;
         // Every way out (an answer, a timeout, a cancellation, the future dropped) kills what is left of
         // the group: a hook never outlives its call.

@@ -3,13 +3,15 @@
 //! Workspace-confined file tools ([`files`]), named command presets run in their own process group with
 //! bounded output, a scrubbed environment and resource limits ([`command`]), and an OS sandbox for those
 //! commands ([`sandbox`]). Every path a model gives is resolved beneath one directory handle by the kernel
-//! ([`workspace`]); errors name only workspace-relative paths. [`instructions`] says what a model is told
+//! ([`workspace`]); errors name only workspace-relative paths. [`lifeline`] makes every process Reins starts
+//! (commands, hooks, MCP servers) die with Reins, even after `kill -9`. [`instructions`] says what a model is told
 //! about its workspace: a built-in preamble and the workspace's `AGENTS.md`.
 
 pub mod command;
 pub mod files;
 pub mod hook;
 pub mod instructions;
+pub mod lifeline;
 pub mod output;
 pub mod sandbox;
 pub mod search;

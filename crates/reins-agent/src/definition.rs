@@ -142,6 +142,10 @@ pub struct ProviderDef {
     /// The longest wait for a response's headers (default 600s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_timeout: Option<Dur>,
+    /// The longest one attempt may take, however the server trickles its answer (default 30m): past it, a
+    /// response that delivered no content is stalled (retried), one still delivering fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_deadline: Option<Dur>,
     /// The longest wait for a connection (default 30s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_timeout: Option<Dur>,

@@ -221,7 +221,9 @@ pub async fn setup(
 
 /// Writes the outcome as pretty JSON.
 pub fn write_outcome(path: &PathBuf, outcome: &Outcome) -> anyhow::Result<()> {
-    let json = serde_json::to_vec_pretty(outcome).context("serializing the outcome")?;
+    // Each image's bytes once, the messages holding references (see `media_cli::outcome_value`).
+    let value = crate::media_cli::outcome_value(outcome).context("serializing the outcome")?;
+    let json = serde_json::to_vec_pretty(&value).context("serializing the outcome")?;
     // Readable by its owner only, like everything Reins writes for its user.
     crate::output::write_private(path, &json).with_context(|| format!("writing the outcome file {}", path.display()))
 }

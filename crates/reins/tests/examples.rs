@@ -1,0 +1,66 @@
+//! The crate's examples (`cargo run -p reins --example NAME`) run as written: each is compiled into this test as it
+//! is, with `println!` captured, and what it prints is compared. The README and the book show them whole
+//! (`crates/reins-cli/tests/docs.rs` checks that they are these files).
+
+use std::cell::RefCell;
+
+thread_local! {
+    /// What the example printed (its `main` runs on the test's thread: `#[tokio::main]` blocks on it here).
+    static OUT: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Takes the place of `println!` in the examples below.
+macro_rules! println {
+    ($($arg:tt)*) => {
+        crate::OUT.with(|out| {
+            let mut out = out.borrow_mut();
+            out.push_str(&format!($($arg)*));
+            out.push('\n');
+        })
+    };
+}
+
+mod hello {
+    include!("../examples/hello.rs");
+    pub fn run() -> Result<(), Box<dyn std::error::Error>> {
+        main()
+    }
+}
+
+mod core_example {
+    include!("../examples/core.rs");
+    pub fn run() -> Result<(), Box<dyn std::error::Error>> {
+        main()
+    }
+}
+
+mod structured {
+    include!("../examples/structured.rs");
+    pub fn run() -> Result<(), Box<dyn std::error::Error>> {
+        main()
+    }
+}
+
+/// Runs an example's `main` and gives what it printed.
+fn printed(run: fn() -> Result<(), Box<dyn std::error::Error>>) -> String {
+    OUT.with(|out| out.borrow_mut().clear());
+    if let Err(e) = run() {
+        panic!("the example failed: {e}");
+    }
+    OUT.with(|out| out.borrow().clone())
+}
+
+#[test]
+fn hello_runs_its_typed_tool() {
+    assert_eq!(printed(hello::run), "completed: 2 + 3 = 5\n");
+}
+
+#[test]
+fn core_runs_a_tool_and_refuses_an_unknown_one() {
+    assert_eq!(printed(core_example::run), "completed: Said hi; the other tool does not exist.\n");
+}
+
+#[test]
+fn structured_gets_a_valid_answer_after_a_refused_one() {
+    assert_eq!(printed(structured::run), "Paris is the capital of France (2100000 people); 2 steps, completed\n");
+}

@@ -312,9 +312,12 @@ fn replay_rebuilds_presets_and_mcp_servers_from_the_session() {
     let out = reins(&dir).args(["replay", &id, "--no-tools"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
 
-    // Without a secret, the whole agent is rebuilt: the preset runs in a scratch copy of the workspace and the
-    // MCP server is started again; identical, exit 0, from any directory.
-    std::fs::write(&file, std::fs::read_to_string(&file).unwrap().replace("API_TOKEN", "DEBUG")).unwrap();
+    // Without a secret (every MCP env value is one, whatever its name), the whole agent is rebuilt: the preset
+    // runs in a scratch copy of the workspace and the MCP server is started again; identical, exit 0, from any
+    // directory.
+    let without_env = std::fs::read_to_string(&file).unwrap().replace("env = { API_TOKEN = \"never-recorded\" }\n", "");
+    assert!(!without_env.contains("env ="), "{without_env}");
+    std::fs::write(&file, without_env).unwrap();
     let out =
         reins(&dir).arg("run").arg("--agent").arg(&file).arg("--output").arg(&out_file).arg("go").output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);

@@ -37,8 +37,12 @@ fn run_with_an_mcp_server_uses_its_tools_and_refuses_invalid_arguments_before_se
         .arg(format!("script:{}", script.display()))
         .arg("--output")
         .arg(&outcome)
-        .args(["--mcp", &py_server_spec("py"), "add things"])
-        .env("REINS_MCP_TEST_LOG", &log)
+        // A server gets no variable of Reins' environment beyond the safe ones: `env` gives it its log.
+        .args([
+            "--mcp",
+            &format!("py=env REINS_MCP_TEST_LOG={} {}", log.display(), py_server_spec("py").trim_start_matches("py=")),
+            "add things",
+        ])
         .output()
         .unwrap();
     let (stdout, stderr) = text(&out);

@@ -1,7 +1,7 @@
 //! The streamable HTTP transport: rmcp's client over reqwest, with rustls on the `ring` provider.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::header::{HeaderName, HeaderValue};
@@ -50,7 +50,35 @@ pub(crate) async fn connect<H: rmcp::ClientHandler>(
     // reqwest is built without a crypto provider of its own: use ring (never aws-lc). Installing fails only
     // when a provider is already installed, which is as good.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = reqwest::Client::builder().build().map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+    // No redirect is followed: it would carry the headers (tokens included: reqwest keeps all but
+    // `Authorization` and cookies across hosts) and every call's arguments to wherever `Location` names. The
+    // refusal is remembered, since the library reports only "error following redirect".
+    let refused: Arc<Mutex<Option<String>>> = Arc::default();
+    let seen = Arc::clone(&refused);
+    let policy = reqwest::redirect::Policy::custom(move |attempt| {
+        let message = refused_redirect(attempt.status().as_u16(), attempt.url().as_str());
+        if let Ok(mut slot) = seen.lock() {
+            slot.get_or_insert_with(|| message.clone());
+        }
+        attempt.error(message)
+    });
+    let client = reqwest::Client::builder()
+        .redirect(policy)
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
     let transport = StreamableHttpClientTransport::with_client(client, config);
-    handler.serve(transport).await.map_err(|e| crate::server::plain(&e.to_string()))
+    handler.serve(transport).await.map_err(|e| match refused.lock().ok().and_then(|slot| slot.clone()) {
+        Some(message) => message,
+        None => crate::server::plain(&e.to_string()),
+    })
+}
+
+/// The error of a redirect not followed: where it pointed, escaped and bounded.
+fn refused_redirect(status: u16, location: &str) -> String {
+    let shown: String = location.chars().take(200).collect();
+    let cut = if shown.len() < location.len() { "…" } else { "" };
+    format!(
+        "the server redirects to {shown:?}{cut} (HTTP {status}); Reins follows no redirect, which would send the \
+         headers and the calls there: configure the server's own URL"
+    )
 }

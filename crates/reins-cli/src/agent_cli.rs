@@ -97,7 +97,10 @@ pub fn flags_layer(args: &RunArgs) -> Result<AgentDef, CliError> {
     crate::media_cli::apply(&args.media, &mut d)?;
     d.provider.base_url = args.provider.base_url.clone();
     d.provider.max_response_tokens = args.provider.max_response_tokens.and_then(|n| Positive::new(n.into()));
-    d.provider.reasoning_effort = args.provider.reasoning_effort;
+    d.provider.reasoning_effort = match args.provider.reasoning_effort {
+        Some(crate::providers_cli::Effort::Set(e)) => Some(e),
+        _ => None,
+    };
     d.provider.thinking_budget = args.provider.thinking_budget.and_then(|n| Positive::new(n.into()));
     if args.provider.no_prompt_cache {
         d.provider.prompt_cache = Some(false);
@@ -142,6 +145,7 @@ pub fn resolve(args: &RunArgs, session: Option<(&str, AgentDef)>) -> Result<(Res
     };
     let mut layers = Vec::new();
     let mut recorded = None;
+    let resumed = session.as_ref().map(|(id, def)| ((*id).to_owned(), def.model.clone()));
     match session {
         // A resumed session's recorded agent is whole (the user config it was built with included): the user
         // config of today does not change it; an explicit --profile overrides it like a flag.
@@ -160,6 +164,27 @@ pub fn resolve(args: &RunArgs, session: Option<(&str, AgentDef)>) -> Result<(Res
     let mut flags = flags_layer(args)?;
     layers.push(Layer::new(Origin::Flag, flags.clone()));
     let mut resolved = reins_agent::resolve(&layers).map_err(def_err)?;
+    if let Some((id, Some(was))) = &resumed {
+        if let Some(dropped) = leave_other_api(&mut layers[0].def, was, resolved.def.model.as_ref()) {
+            errln!("reins: resuming session {id} on {dropped}");
+            recorded = Some(reins_agent::resolve(&layers[..1]).map_err(def_err)?);
+            resolved = reins_agent::resolve(&layers).map_err(def_err)?;
+        }
+    }
+    // `--thinking-budget 0` and `--reasoning-effort none` clear what any layer beneath set.
+    let clear_budget = args.provider.thinking_budget == Some(0);
+    let clear_effort = args.provider.reasoning_effort == Some(crate::providers_cli::Effort::None);
+    if clear_budget || clear_effort {
+        for layer in &mut layers {
+            if clear_budget {
+                layer.def.provider.thinking_budget = None;
+            }
+            if clear_effort {
+                layer.def.provider.reasoning_effort = None;
+            }
+        }
+        resolved = reins_agent::resolve(&layers).map_err(def_err)?;
+    }
     if args.tools.accept_weaker_sandbox && matches!(resolved.def.commands.sandbox, None | Some(SandboxMode::Required)) {
         flags.commands.sandbox = Some(SandboxMode::BestEffort);
         if let Some(last) = layers.last_mut() {
@@ -168,6 +193,61 @@ pub fn resolve(args: &RunArgs, session: Option<(&str, AgentDef)>) -> Result<(Res
         resolved = reins_agent::resolve(&layers).map_err(def_err)?;
     }
     Ok((resolved, recorded))
+}
+
+/// When a resume moves a session to a model of another API than the one it recorded (`was`), the recorded
+/// `[provider]` settings that belong to another API no longer apply: a thinking budget (Anthropic's) on an
+/// OpenAI API, a reasoning effort (OpenAI's) on Anthropic, and for a script model every setting but `price`.
+/// Takes them out of the recorded layer `def` and says which, in a few words; `None` when nothing changed.
+fn leave_other_api(
+    def: &mut AgentDef,
+    was: &reins_agent::ModelSpec,
+    now: Option<&reins_agent::ModelSpec>,
+) -> Option<String> {
+    use reins_agent::ModelKind;
+    let now = now?;
+    let (before, after) = (was.kind().0, now.kind().0);
+    if before == after {
+        return None;
+    }
+    let api = |k: ModelKind| match k {
+        ModelKind::Script => "script:".to_owned(),
+        ModelKind::Provider(api) => format!("{}:", api.name()),
+    };
+    let p = &mut def.provider;
+    let mut dropped = Vec::new();
+    if after == ModelKind::Script {
+        let kept = reins_agent::ProviderDef { price: p.price, ..Default::default() };
+        if *p != kept {
+            let json = |v: &reins_agent::ProviderDef| serde_json::to_value(v).unwrap_or_default();
+            let (all, kept_json) = (json(p), json(&kept));
+            if let Some(keys) = all.as_object() {
+                dropped.extend(
+                    keys.keys().filter(|k| kept_json.get(k.as_str()).is_none()).map(|k| format!("provider.{k}")),
+                );
+            }
+            *p = kept;
+        }
+    } else {
+        if after != ModelKind::Provider(reins_providers::Api::Anthropic) && p.thinking_budget.take().is_some() {
+            dropped.push("provider.thinking_budget".to_owned());
+        }
+        if after == ModelKind::Provider(reins_providers::Api::Anthropic) && p.reasoning_effort.take().is_some() {
+            dropped.push("provider.reasoning_effort".to_owned());
+        }
+    }
+    if dropped.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{} (it was recorded on {}): the recorded {} {} to {} and no longer {}",
+        api(after),
+        api(before),
+        dropped.join(", "),
+        if dropped.len() == 1 { "belongs" } else { "belong" },
+        api(before),
+        if dropped.len() == 1 { "applies" } else { "apply" },
+    ))
 }
 
 /// On `--resume`: says on stderr which recorded settings the flags, a profile or the agent file changed.

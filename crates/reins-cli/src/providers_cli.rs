@@ -24,12 +24,14 @@ pub struct ProviderFlags {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_response_tokens: Option<u32>,
     /// How hard an OpenAI reasoning model thinks (openai: and openai-chat: models): low, medium or high. An
-    /// openai: model's reasoning is then kept and sent back on the next turns.
+    /// openai: model's reasoning is then kept and sent back on the next turns. `none` clears an effort the
+    /// agent file or a resumed session set.
     #[arg(long, value_name = "EFFORT", value_parser = parse_effort)]
-    pub reasoning_effort: Option<reins_providers::ReasoningEffort>,
+    pub reasoning_effort: Option<Effort>,
     /// Extended thinking for anthropic: models, within N tokens (at least 1024, below the response cap); the
-    /// signed thinking is kept and sent back on the next turns.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    /// signed thinking is kept and sent back on the next turns. 0 clears a budget the agent file or a resumed
+    /// session set.
+    #[arg(long, value_name = "N")]
     pub thinking_budget: Option<u32>,
     /// Shows the model's text (and reasoning) on stderr as it arrives.
     #[arg(long)]
@@ -40,8 +42,23 @@ pub struct ProviderFlags {
     pub no_prompt_cache: bool,
 }
 
-fn parse_effort(s: &str) -> Result<reins_providers::ReasoningEffort, String> {
-    s.parse()
+/// `--reasoning-effort`: an effort, or `none` (no effort, whatever a lower layer set).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Effort {
+    /// `none`.
+    None,
+    /// `low`, `medium` or `high`.
+    Set(reins_providers::ReasoningEffort),
+}
+
+fn parse_effort(s: &str) -> Result<Effort, String> {
+    match s {
+        "none" => Ok(Effort::None),
+        other => other
+            .parse()
+            .map(Effort::Set)
+            .map_err(|_| format!("expected \"low\", \"medium\", \"high\" or \"none\", not {other:?}")),
+    }
 }
 
 /// The model and price of this run, once a real provider was chosen.

@@ -27,9 +27,8 @@ fn bad_reasoning_flags_are_exit_2_with_a_clear_error_and_no_request() {
     let cases: Vec<(Vec<&str>, &[&str])> = vec![
         (
             vec!["--reasoning-effort", "extreme", "--model", "openai:gpt-5", "hi"],
-            &["--reasoning-effort", "expected \"low\", \"medium\" or \"high\""],
+            &["--reasoning-effort", "expected \"low\", \"medium\", \"high\" or \"none\""],
         ),
-        (vec!["--thinking-budget", "0", "--model", "anthropic:x", "hi"], &["--thinking-budget"]),
         (vec!["--thinking-budget", "lots", "--model", "anthropic:x", "hi"], &["--thinking-budget"]),
         ([&anthropic[..], &["--thinking-budget", "500", "hi"]].concat(), &["--thinking-budget", "at least 1024"]),
         (
@@ -137,4 +136,102 @@ fn anthropic_thinking_is_in_the_transcript_and_goes_back_after_resume() {
     let show = reins().args(["sessions", "show", &id, "--store", store]).output().unwrap();
     let shown = String::from_utf8_lossy(&show.stdout);
     assert!(shown.contains("2 reasoning item(s), sent back to anthropic only"), "{shown}");
+}
+
+/// A session recorded on Anthropic with a thinking budget (`anthropic_session`), then resumed elsewhere.
+fn anthropic_session(dir: &Dir) -> String {
+    let outcome_file = dir.0.join("outcome.json");
+    let store = dir.store();
+    let (url, got) = serve_once("application/json", thinking_reply("Hello!"));
+    let out = run(&[
+        "--model",
+        "anthropic:claude-sonnet-4-5",
+        "--base-url",
+        &url,
+        "--thinking-budget",
+        "2048",
+        "--max-response-tokens",
+        "4096",
+        "--store",
+        store.to_str().unwrap(),
+        "--output",
+        outcome_file.to_str().unwrap(),
+        "hi",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    got.recv().unwrap();
+    let outcome: Value = serde_json::from_str(&std::fs::read_to_string(&outcome_file).unwrap()).unwrap();
+    outcome["session_id"].as_str().unwrap().to_owned()
+}
+
+fn chat_reply(text: &str) -> String {
+    json!({"id": "x", "object": "chat.completion", "model": "qwen3",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]})
+    .to_string()
+}
+
+/// Issue 22, item 12: a session recorded with `--thinking-budget` moves to an OpenAI API on resume (it was exit 2:
+/// "provider.thinking_budget: applies to anthropic: models"); one line says the budget no longer applies, and the
+/// Anthropic reasoning stays out of the Chat request. `--thinking-budget 0` clears the recorded budget on the same
+/// API; `--reasoning-effort none` clears a recorded effort.
+#[test]
+fn a_resume_moves_a_session_to_another_api_and_flags_clear_recorded_reasoning() {
+    let dir = Dir::new("reasoning-move");
+    let store = dir.store();
+    let store = store.to_str().unwrap();
+    let id = anthropic_session(&dir);
+
+    let (url, got) = serve_once("application/json", chat_reply("moved"));
+    let chat_url = format!("{url}/v1");
+    let out =
+        run(&["--resume", &id, "--model", "openai-chat:qwen3", "--base-url", &chat_url, "--store", store, "again"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let said: Vec<&str> = err.lines().filter(|l| l.contains("no longer")).collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(
+        said[0].contains(&format!("resuming session {id} on openai-chat: (it was recorded on anthropic:)"))
+            && said[0].contains("provider.thinking_budget belongs to anthropic:"),
+        "{err}"
+    );
+    let (_, sent) = got.recv().unwrap();
+    assert!(sent.get("thinking").is_none() && sent.get("reasoning_effort").is_none(), "{sent}");
+    assert!(!sent.to_string().contains("signed=="), "Anthropic's reasoning stays out: {sent}");
+    assert_eq!(sent["messages"].as_array().map(Vec::len), Some(3), "{sent}");
+
+    // Another Anthropic session resumed on the same API: `--thinking-budget 0` clears its budget.
+    let id = anthropic_session(&dir);
+    let (url, got) = serve_once("application/json", thinking_reply("Hi"));
+    let out = run(&["--resume", &id, "--base-url", &url, "--thinking-budget", "0", "--store", store, "again"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let (_, sent) = got.recv().unwrap();
+    assert!(sent.get("thinking").is_none(), "{sent}");
+
+    // A session recorded with a reasoning effort: `--reasoning-effort none` clears it.
+    let (url, got) = serve_once("application/json", chat_reply("one"));
+    let outcome_file = dir.0.join("effort.json");
+    let chat_url = format!("{url}/v1");
+    let out = run(&[
+        "--model",
+        "openai-chat:qwen3",
+        "--base-url",
+        &chat_url,
+        "--reasoning-effort",
+        "high",
+        "--store",
+        store,
+        "--output",
+        outcome_file.to_str().unwrap(),
+        "hi",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(got.recv().unwrap().1["reasoning_effort"], "high");
+    let outcome: Value = serde_json::from_str(&std::fs::read_to_string(&outcome_file).unwrap()).unwrap();
+    let id = outcome["session_id"].as_str().unwrap().to_owned();
+    let (url, got) = serve_once("application/json", chat_reply("two"));
+    let chat_url = format!("{url}/v1");
+    let out = run(&["--resume", &id, "--base-url", &chat_url, "--reasoning-effort", "none", "--store", store, "again"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let (_, sent) = got.recv().unwrap();
+    assert!(sent.get("reasoning_effort").is_none(), "{sent}");
 }

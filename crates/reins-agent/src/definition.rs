@@ -528,8 +528,9 @@ impl AgentDef {
     }
 
     /// The whole definition of the sub-agent `name` as it is built: its own keys, with `model` inherited
-    /// from this agent when it names none, and `[provider]` too when it names neither. Nothing else is
-    /// inherited: its tools, limits, context rules and instructions are its own.
+    /// from this agent when it names none, and `[provider]` too when it names neither, and read-only when
+    /// this agent is (`workspace.read_only`). Its tools, limits, context rules and instructions are its own;
+    /// this agent's approval mode and hooks apply to its calls as well, in the engine.
     pub fn sub_agent(&self, name: &str) -> Option<AgentDef> {
         let sub = self.agents.get(name)?;
         let mut def = sub.clone();
@@ -538,6 +539,11 @@ impl AgentDef {
             if def.provider == ProviderDef::default() {
                 def.provider = self.provider.clone();
             }
+        }
+        // Read-only holds at every depth: a read-only agent's sub-agents only read too (the approval mode
+        // and the hooks reach them through the engine: every call of theirs meets the parent's too).
+        if self.workspace.read_only == Some(true) {
+            def.workspace.read_only = Some(true);
         }
         Some(def)
     }

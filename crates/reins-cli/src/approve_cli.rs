@@ -342,6 +342,8 @@ mod tests {
                 arguments_hash: reins::arguments_hash(&json!({"path": id})),
                 plan: reins::Plan::Ask { reason: "r".into() },
                 edited_by: None,
+                sub_agent: None,
+                result: None,
             })
             .collect()
     }

@@ -338,6 +338,17 @@ impl Session {
         };
         let mut state =
             state.map_err(|e| resume_err(e.to_string()))?.with_instructions(instructions.map(Into::into), ctx);
+        // A batch that waits on its sub-agents' questions: their waiting runs' transcripts, as recorded.
+        let waiting = state.waiting_agent_runs();
+        if !waiting.is_empty() {
+            let children = self.child_runs()?;
+            for run_id in waiting {
+                let Some(child) = children.iter().find(|c| c.start.run_id == run_id) else {
+                    return Err(resume_err(format!("the waiting sub-agent run {run_id} is not recorded")));
+                };
+                state.set_agent_transcript(&run_id, child.messages.clone());
+            }
+        }
         if let Some(text) = follow_up {
             state.push_user(text, ctx).map_err(|e| resume_err(e.to_string()))?;
         }

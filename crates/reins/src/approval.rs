@@ -88,6 +88,35 @@ pub struct PendingCall {
     /// Who changed the arguments the model proposed (`hook NAME`, `approver`), if anyone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edited_by: Option<String>,
+    /// For a sub-agent's call that waits inside its parent's batch: which sub-agent run it belongs to (the
+    /// parent's batch shows its sub-agents' waiting calls after its own; see [`crate::subagent`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_agent: Option<SubAgentCall>,
+    /// For a call of the batch that already ran before a sub-agent stopped for a decision: its result (the
+    /// call does not run again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<HeldResult>,
+}
+
+/// Which sub-agent run a waiting call belongs to: `{"agent", "parent_call_id", "run_id"}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubAgentCall {
+    /// The sub-agent (its tool name in the parent).
+    pub agent: String,
+    /// The parent's call that started it.
+    pub parent_call_id: String,
+    /// The sub-agent's run that waits (its transcript is recorded under this id).
+    pub run_id: String,
+}
+
+/// The result of a call that ran while its batch was stopped by a sub-agent's question: `{"content",
+/// "is_error"}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldResult {
+    /// The result text (not yet bounded).
+    pub content: String,
+    /// True for an error result.
+    pub is_error: bool,
 }
 
 impl PendingCall {
@@ -202,6 +231,9 @@ pub enum DecisionError {
         /// The hash of the call's arguments.
         current: String,
     },
+    /// An edit of a sub-agent's call: its tools are not the parent's, so only approve or deny apply.
+    #[error("call {0:?} is a sub-agent's: approve or deny it (its arguments cannot be edited from its parent)")]
+    SubAgentEdit(String),
     /// Edited arguments that the tool's schema refuses.
     #[error("the edited arguments of call {call_id:?} are invalid: {detail}")]
     InvalidEdit {

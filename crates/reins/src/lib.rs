@@ -48,8 +48,8 @@ pub mod usage;
 pub mod validate;
 
 pub use approval::{
-    ApprovalDecision, ApprovalError, ApprovalRequest, Approver, DecisionError, GivenDecisions, PendingCall, Verdict,
-    arguments_hash, canonical_json, check_decisions,
+    ApprovalDecision, ApprovalError, ApprovalRequest, Approver, DecisionError, GivenDecisions, HeldResult, PendingCall,
+    SubAgentCall, Verdict, arguments_hash, canonical_json, check_decisions,
 };
 #[cfg(feature = "tiktoken")]
 pub use context::TiktokenCounter;
@@ -61,7 +61,7 @@ pub use cost::Price;
 pub use engine::driver::{Agent, AgentBuilder, TypedRunError};
 pub use engine::perform::{Direct, ModelStep, Performer, ToolStep, idempotency_key, idempotency_prefix};
 pub use engine::state::{
-    Action, Admission, Batch, CallResult, Compaction, Plan, PlannedCall, RunState, without_edit_note,
+    Action, Admission, AgentWait, Batch, CallResult, Compaction, Plan, PlannedCall, RunState, without_edit_note,
 };
 pub use events::{ApprovalCall, EVENT_VERSION, Event, EventKind, Observer, ObserverError};
 pub use hook::{Hook, HookAnswer, HookContext, HookError, HookEvent, HookResult, PostTool, PreTool, StopAnswer};

@@ -1,5 +1,7 @@
 //! The pre-execution hook: a caller's say over each validated call before it runs.
 
+use std::sync::Arc;
+
 use crate::message::ToolCall;
 
 /// What the policy decides for one call.
@@ -34,5 +36,33 @@ pub trait Policy: Send + Sync {
 impl<F: Fn(&ToolCall) -> Decision + Send + Sync> Policy for F {
     fn check(&self, call: &ToolCall) -> Decision {
         self(call)
+    }
+}
+
+/// Several policies as one: each call gets the strictest of their decisions (`Stop` over `Deny` over `Ask`
+/// over `Allow`; the first of equals). A sub-agent's run is under its own policy and every ancestor's.
+pub(crate) struct Strictest(pub(crate) Vec<Arc<dyn Policy>>);
+
+impl Strictest {
+    fn rank(d: &Decision) -> u8 {
+        match d {
+            Decision::Allow => 0,
+            Decision::Ask(_) => 1,
+            Decision::Deny(_) => 2,
+            Decision::Stop(_) => 3,
+        }
+    }
+}
+
+impl Policy for Strictest {
+    fn check(&self, call: &ToolCall) -> Decision {
+        let mut out = Decision::Allow;
+        for p in &self.0 {
+            let d = p.check(call);
+            if Self::rank(&d) > Self::rank(&out) {
+                out = d;
+            }
+        }
+        out
     }
 }

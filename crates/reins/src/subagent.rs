@@ -31,17 +31,48 @@ use std::time::Instant;
 use async_trait::async_trait;
 
 use crate::engine::driver::Agent;
-use crate::engine::state::{Plan, PlannedCall, RunState};
+use crate::engine::state::{AgentWait, Plan, PlannedCall, RunState};
 use crate::events::{Event, EventKind, Observer, ObserverError, ObserverErrorHook};
+use crate::hook::Hook;
 use crate::journal::RunJournal;
 use crate::limits::Limits;
 use crate::outcome::{AgentTotals, Status};
+use crate::policy::Policy;
 use crate::registry::{Registry, is_valid_tool_name};
 use crate::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 
 tokio::task_local! {
     /// The run whose batch is calling: set by the driver around a batch when its registry holds a sub-agent.
     static SCOPE: Arc<RunScope>;
+}
+
+/// The rules a run's sub-agents are under besides their own: the run's policy and its `pre_tool` and
+/// `post_tool` hooks, with those it inherited itself (its ancestors'). A sub-agent's call then meets every
+/// policy of its line, the strictest decision winning, and every hook of its line, its own first.
+#[derive(Default)]
+pub(crate) struct Rules {
+    pub(crate) policies: Vec<Arc<dyn Policy>>,
+    pub(crate) hooks: Vec<Arc<dyn Hook>>,
+}
+
+impl Rules {
+    /// The rules of a run with its own `policy` and `hooks` under `inherited` (its parent's rules).
+    pub(crate) fn of(policy: Option<&Arc<dyn Policy>>, hooks: &[Arc<dyn Hook>], inherited: Option<&Rules>) -> Rules {
+        let mut policies: Vec<Arc<dyn Policy>> = policy.into_iter().cloned().collect();
+        let mut all: Vec<Arc<dyn Hook>> = hooks.to_vec();
+        if let Some(up) = inherited {
+            policies.extend(up.policies.iter().cloned());
+            all.extend(up.hooks.iter().cloned());
+        }
+        Rules { policies, hooks: all }
+    }
+}
+
+/// True inside a batch of the run `run_id` one of whose sub-agents waits for decisions (the batch's calls not
+/// started yet wait). A sub-agent's batch sees its parent's scope when it has no sub-agents of its own: the
+/// run id tells them apart.
+pub(crate) fn batch_waits(run_id: &str) -> bool {
+    SCOPE.try_with(|s| *s.run_id == *run_id && s.waiting()).unwrap_or(false)
 }
 
 /// What a run has left, at the start of a batch, less what its sub-agents spent since.
@@ -62,6 +93,8 @@ struct Ledger {
     /// That, less what the batch's sub-agents spent since.
     left: Left,
     spent: BTreeMap<String, AgentTotals>,
+    /// The sub-agent runs of the batch that ended waiting for decisions (the batch then waits too).
+    waits: Vec<AgentWait>,
 }
 
 /// What the driver shares with the sub-agent calls of one batch: who the parent is (run id, observers,
@@ -75,6 +108,11 @@ pub(crate) struct RunScope {
     trace_content: bool,
     journal: Option<Arc<dyn RunJournal>>,
     deadline: Option<Instant>,
+    /// The parent's rules, which its sub-agents' calls meet too.
+    rules: Arc<Rules>,
+    /// Sub-agent runs that waited for decisions in this batch before, decided now: each is continued by the
+    /// call that started it.
+    resumes: Vec<AgentWait>,
     /// For each sub-agent call of the batch, how many sub-agent calls run concurrently with it (itself
     /// included).
     shares: Vec<(String, u64)>,
@@ -107,6 +145,10 @@ impl Link {
     }
     pub(crate) fn journal(&self) -> Option<&Arc<dyn RunJournal>> {
         self.parent.journal.as_ref()
+    }
+    /// The rules of the parent's line, which the sub-agent's calls meet besides its own.
+    pub(crate) fn rules(&self) -> &Rules {
+        &self.parent.rules
     }
     /// The observer that counts what the sub-agent's run (with its own sub-agents) spends into the parent.
     pub(crate) fn spend_observer(&self, run_id: &str) -> Arc<dyn Observer> {
@@ -149,6 +191,7 @@ impl RunScope {
         include_content: bool,
         journal: Option<Arc<dyn RunJournal>>,
         deadline: Option<Instant>,
+        rules: Arc<Rules>,
     ) -> RunScope {
         let tool = |p: &PlannedCall<'_>| match p.plan {
             Plan::Run => registry.get(&p.call.name),
@@ -177,9 +220,27 @@ impl RunScope {
             trace_content: false,
             journal,
             deadline,
+            rules,
+            resumes: Vec::new(),
             shares,
-            ledger: Mutex::new(Ledger { start: left, left, spent: BTreeMap::new() }),
+            ledger: Mutex::new(Ledger { start: left, left, spent: BTreeMap::new(), waits: Vec::new() }),
         }
+    }
+
+    /// The decided sub-agent runs that the batch's calls continue.
+    pub(crate) fn with_resumes(mut self, resumes: Vec<AgentWait>) -> Self {
+        self.resumes = resumes;
+        self
+    }
+
+    /// The sub-agent runs of the batch that ended waiting for decisions (taken).
+    pub(crate) fn take_waits(&self) -> Vec<AgentWait> {
+        std::mem::take(&mut self.ledger().waits)
+    }
+
+    /// True once a sub-agent of the batch waits for decisions: the batch's calls not started yet wait too.
+    pub(crate) fn waiting(&self) -> bool {
+        !self.ledger().waits.is_empty()
     }
 
     /// Whether the parent's spans carry content (so its sub-agents' do too).
@@ -412,6 +473,7 @@ impl Tool for AgentTool {
             return Err(ToolError::InvalidArguments("`task` must be a string".into()));
         };
         let scope = SCOPE.try_with(Arc::clone).ok();
+        let resume = scope.as_ref().and_then(|s| s.resumes.iter().find(|w| w.call_id == ctx.call_id)).cloned();
         let own = self.agent.limits();
         let limits = match &scope {
             Some(scope) => scope
@@ -420,18 +482,48 @@ impl Tool for AgentTool {
             None => own.clone(),
         };
         let context = self.agent.context();
-        let state = RunState::new(uuid::Uuid::new_v4().to_string(), task, limits, context)
-            .map_err(|e| ToolError::failed(format!("sub-agent {:?} was not started: {e}", &*self.name)))?
-            .with_instructions(self.agent.instructions_shared(), context);
-        let outcome = match scope {
+        let run_id = uuid::Uuid::new_v4().to_string();
+        let state = match resume {
+            // A run that waited for decisions, decided since: it continues with its batch.
+            Some(wait) => RunState::resume_pending(run_id, wait.messages, wait.pending, limits, context)
+                .map_err(|e| ToolError::failed(format!("sub-agent {:?} could not be continued: {e}", &*self.name)))?,
+            None => RunState::new(run_id, task, limits, context)
+                .map_err(|e| ToolError::failed(format!("sub-agent {:?} was not started: {e}", &*self.name)))?,
+        }
+        .with_instructions(self.agent.instructions_shared(), context);
+        let outcome = match &scope {
             Some(parent) => {
-                let link = Link { name: Arc::clone(&self.name), parent };
+                let link = Link { name: Arc::clone(&self.name), parent: Arc::clone(parent) };
                 self.agent.drive_linked(state, ctx.cancel.clone(), link).await
             }
             None => self.agent.drive(state, ctx.cancel.clone()).await,
         };
         match outcome.status {
             Status::Completed => Ok(ToolOutput::Text(outcome.answer.unwrap_or_default())),
+            // A question its own approver did not answer goes to the parent's: the parent's batch waits for it
+            // (one level: a waiting run of its own sub-agents is not carried further up).
+            Status::AwaitingApproval
+                if !ctx.cancel.is_cancelled() && outcome.pending.iter().all(|p| p.sub_agent.is_none()) =>
+            {
+                let Some(scope) = scope else {
+                    return Err(ToolError::failed(format!(
+                        "sub-agent {:?} waits for a decision that nobody can give here: {}",
+                        &*self.name,
+                        outcome.error.as_deref().unwrap_or("awaiting approval")
+                    )));
+                };
+                let waiting: Vec<&str> =
+                    outcome.pending.iter().filter(|p| p.needs_decision()).map(|p| p.call_id.as_str()).collect();
+                let message = format!("sub-agent {:?} waits for decisions about {}", &*self.name, waiting.join(", "));
+                scope.ledger().waits.push(AgentWait {
+                    agent: self.name.to_string(),
+                    call_id: ctx.call_id.clone(),
+                    run_id: outcome.run_id,
+                    messages: outcome.messages,
+                    pending: outcome.pending,
+                });
+                Err(ToolError::failed(message))
+            }
             Status::Aborted if ctx.cancel.is_cancelled() => Err(ToolError::Cancelled),
             status => Err(ToolError::failed(format!(
                 "sub-agent {:?} ended {status}: {}",

@@ -26,9 +26,10 @@ use crate::model::{Model, ModelError, ModelIdentity, ModelResponse};
 use crate::outcome::{Outcome, Status};
 use crate::output::OutputSchema;
 use crate::policy::Policy;
+use crate::policy::Strictest;
 use crate::registry::{Registry, ToolSource};
 use crate::spans;
-use crate::subagent::{Left, Link, RunScope};
+use crate::subagent::{Left, Link, Rules, RunScope};
 use crate::tool::{ToolContext, ToolError};
 
 /// Why [`Agent::run_typed`] has no value to give.
@@ -258,6 +259,16 @@ fn perform_model<'a>(
         None => Either::Left(work),
         Some(p) => Either::Right(p.model_call(step, Box::pin(work))),
     }
+}
+
+/// The hooks a run's calls meet (its own, then its ancestors' for a sub-agent), what they are told about the
+/// run, and the policy a hook's rewritten arguments are put to again.
+struct Hooked<'a> {
+    ctx: HookContext,
+    hooks: &'a [Arc<dyn Hook>],
+    /// How many of `hooks` are the run's own (only those judge its final answer).
+    own: usize,
+    policy: Option<&'a dyn Policy>,
 }
 
 /// The progress of one call of a batch.
@@ -651,7 +662,7 @@ impl Agent {
             include_content |= link.include_content();
         }
         // What this run's own sub-agents inherit: every observer but the journal's.
-        let inherited = self.registry_may_hold_sub_agents().then(|| observers.clone());
+        let sub_agents = self.registry_may_hold_sub_agents().then(|| observers.clone());
         if let Some(j) = &journal {
             observers.push(Arc::new(JournalObserver(j.clone())));
         }
@@ -693,9 +704,32 @@ impl Agent {
                 None
             }
         };
+        // The rules of the run: its own policy and hooks, and for a sub-agent those of every ancestor (the
+        // strictest decision of its line wins; an ancestor's `pre_tool` and `post_tool` hooks run after its
+        // own, its `stop` hooks judge the ancestor's own answer only).
+        let inherited = link.as_ref().map(Link::rules).filter(|r| !r.policies.is_empty() || !r.hooks.is_empty());
+        let (policy, joined_hooks) = match inherited {
+            None => (self.policy.clone(), None),
+            Some(up) => {
+                let rules = Rules::of(self.policy.as_ref(), &self.hooks, Some(up));
+                let policy: Option<Arc<dyn Policy>> = match rules.policies.len() {
+                    0 => None,
+                    1 => rules.policies.first().cloned(),
+                    _ => Some(Arc::new(Strictest(rules.policies))),
+                };
+                (policy, Some(rules.hooks))
+            }
+        };
+        let hooks: &[Arc<dyn Hook>] = joined_hooks.as_deref().unwrap_or(self.hooks.as_slice());
+        // What this run's sub-agents are under besides their own rules.
+        let rules = sub_agents.as_ref().map(|_| Arc::new(Rules::of(self.policy.as_ref(), &self.hooks, inherited)));
         // What hooks are told about the run (only when there are hooks).
-        let hook_ctx = (!self.hooks.is_empty())
-            .then(|| HookContext { run_id: state.run_id().to_owned(), session_id: session_id.clone() });
+        let hooked = (!hooks.is_empty()).then(|| Hooked {
+            ctx: HookContext { run_id: state.run_id().to_owned(), session_id: session_id.clone() },
+            hooks,
+            own: self.hooks.len(),
+            policy: policy.as_deref(),
+        });
         loop {
             if let Some(j) = &journal {
                 journal_sync(j.as_ref(), &state, &mut journaled);
@@ -757,7 +791,7 @@ impl Agent {
                     if let Ok(r) = &response {
                         emitter.stage_model_end(step, r, state.price());
                     }
-                    let admission = state.on_model_response(response, &registry, self.policy.as_deref(), &self.context);
+                    let admission = state.on_model_response(response, &registry, policy.as_deref(), &self.context);
                     if answered && !chat.is_disabled() && matches!(admission, Admission::Ended(Status::ModelError)) {
                         let error = state.outcome().error.unwrap_or_default();
                         spans::fail(&chat, "invalid_response", &error);
@@ -779,12 +813,12 @@ impl Agent {
                             }
                         }
                     }
-                    if let (Some(ctx), Admission::Batch | Admission::Completed) = (&hook_ctx, &admission) {
+                    if let (Some(h), Admission::Batch | Admission::Completed) = (&hooked, &admission) {
                         let interrupted_hooks = tokio::select! {
                             biased;
                             _ = &mut cancelled => Some(Interrupt::Cancelled),
                             _ = &mut deadline_sleep => Some(Interrupt::Deadline),
-                            () = self.hooks_after_response(&admission, &mut state, &registry, ctx, &run_cancel, &mut emitter) => None,
+                            () = self.hooks_after_response(&admission, &mut state, &registry, h, &run_cancel, &mut emitter) => None,
                         };
                         if let Some(i) = interrupted_hooks {
                             self.stop(&mut state, &mut emitter, &run_cancel, i);
@@ -955,9 +989,9 @@ impl Agent {
                         emitter.emit(EventKind::LimitHit { status: Status::TokenLimit, detail });
                     }
                 }
-                Action::RunTools(batch) => {
+                Action::RunTools(admitted) => {
                     // Borrowed from the state (not copied) until the results are recorded.
-                    let batch: Vec<PlannedCall<'_>> = batch.iter().collect();
+                    let batch: Vec<PlannedCall<'_>> = admitted.iter().collect();
                     // The proposed calls are durable before any of them runs: after a crash mid-batch a
                     // resume sees them without results, and no side effect is silently repeated. A batch
                     // whose calls are all refused runs nothing and needs no such wait.
@@ -969,6 +1003,13 @@ impl Agent {
                         }
                     }
                     let mut slots: Vec<Slot> = vec![Slot::default(); batch.len()];
+                    // Calls that ran before a sub-agent of the batch stopped it for a decision keep their
+                    // results and do not run again.
+                    for (i, slot) in slots.iter_mut().enumerate() {
+                        if let Some(r) = admitted.held_result(i) {
+                            (slot.result, slot.started, slot.reported) = (Some(r), true, true);
+                        }
+                    }
                     // Sub-agent calls get the run's budget left and report what they spend (see `subagent`).
                     let scope = left.map(|left| {
                         Arc::new(
@@ -977,13 +1018,15 @@ impl Agent {
                                 left,
                                 &batch,
                                 &registry,
-                                inherited.clone().unwrap_or_default(),
+                                sub_agents.clone().unwrap_or_default(),
                                 on_observer_error.clone(),
                                 include_content,
                                 journal.clone(),
                                 deadline.map(tokio::time::Instant::into_std),
+                                rules.clone().unwrap_or_default(),
                             )
-                            .with_trace_content(span_content),
+                            .with_trace_content(span_content)
+                            .with_resumes(admitted.agent_waits().to_vec()),
                         )
                     });
                     let outcome = {
@@ -994,7 +1037,7 @@ impl Agent {
                             &mut slots,
                             &run_cancel,
                             &mut emitter,
-                            hook_ctx.as_ref(),
+                            hooked.as_ref(),
                             performer,
                             at,
                         );
@@ -1044,13 +1087,20 @@ impl Agent {
                     if let Some((Status::Timeout, reason)) = &end {
                         emitter.emit(EventKind::LimitHit { status: Status::Timeout, detail: reason.clone() });
                     }
+                    let mut waits = Vec::new();
                     if let Some(scope) = &scope {
                         for (name, spent) in scope.take_spent() {
                             state.add_agent_spend(&name, &spent);
                         }
+                        waits = scope.take_waits();
                     }
                     let results = slots.into_iter().map(|s| s.result).collect();
-                    state.record_batch(results, &unfinished, end, &self.context);
+                    if waits.is_empty() || end.is_some() {
+                        state.record_batch(results, &unfinished, end, &self.context);
+                    } else {
+                        // A sub-agent waits for decisions: so does the batch (see `RunState::hold_batch`).
+                        state.hold_batch(results, waits);
+                    }
                     // Between steps: tools may have changed (the next model turn sees the new ones).
                     if let (Some(source), false) = (&self.tool_source, run_cancel.is_cancelled()) {
                         let base = source.registry().await;
@@ -1111,7 +1161,7 @@ impl Agent {
         slots: &mut [Slot],
         run_cancel: &CancellationToken,
         emitter: &mut Emitter,
-        hook_ctx: Option<&HookContext>,
+        hooked: Option<&Hooked<'_>>,
         performer: Option<&dyn Performer>,
         at: BatchAt<'_>,
     ) {
@@ -1126,8 +1176,13 @@ impl Agent {
                     j += 1;
                 }
             }
+            // Once a sub-agent of the batch waits for a decision, the calls after it wait too (they run when the
+            // batch runs again); calls that already ran (their slots reported) do not run again.
+            if registry.has_sub_agents() && crate::subagent::batch_waits(emitter.run_id()) {
+                return;
+            }
             let t0 = Instant::now();
-            for (p, slot) in batch[i..j].iter().zip(slots[i..j].iter_mut()) {
+            for (p, slot) in batch[i..j].iter().zip(slots[i..j].iter_mut()).filter(|(_, s)| !s.reported) {
                 // Events are built only when someone listens.
                 emitter.tool_start(p.call, t0);
                 slot.started = true;
@@ -1135,22 +1190,27 @@ impl Agent {
             if j == i + 1 {
                 // One call at a time (the common case): no join machinery.
                 let (p, slot) = (&batch[i], &mut slots[i]);
+                if slot.reported {
+                    i = j;
+                    continue;
+                }
                 slot.began = Some(t0);
                 let result =
-                    self.run_call_traced(registry, p, run_cancel, performer, at, hook_ctx, &mut slot.hook_events).await;
+                    self.run_call_traced(registry, p, run_cancel, performer, at, hooked, &mut slot.hook_events).await;
                 slot.finish(result);
             } else {
-                join_all(batch[i..j].iter().zip(slots[i..j].iter_mut()).map(|(p, slot)| async move {
+                let todo = batch[i..j].iter().zip(slots[i..j].iter_mut()).filter(|(_, s)| !s.reported);
+                join_all(todo.map(|(p, slot)| async move {
                     let t0 = Instant::now();
                     slot.began = Some(t0);
                     let result = self
-                        .run_call_traced(registry, p, run_cancel, performer, at, hook_ctx, &mut slot.hook_events)
+                        .run_call_traced(registry, p, run_cancel, performer, at, hooked, &mut slot.hook_events)
                         .await;
                     slot.finish(result);
                 }))
                 .await;
             }
-            for (p, slot) in batch[i..j].iter().zip(slots[i..j].iter_mut()) {
+            for (p, slot) in batch[i..j].iter().zip(slots[i..j].iter_mut()).filter(|(_, s)| !s.reported) {
                 if let Some(r) = &slot.result {
                     let when = || (slot.elapsed(), slot.began, slot.ended.unwrap_or(t0));
                     emitter.tool_end(p.call, r.is_error, when, || r.content.clone());
@@ -1171,14 +1231,15 @@ impl Agent {
         admission: &Admission,
         state: &mut RunState,
         registry: &Registry,
-        ctx: &HookContext,
+        h: &Hooked<'_>,
         cancel: &CancellationToken,
         emitter: &mut Emitter,
     ) {
+        let ctx = &h.ctx;
         match admission {
             Admission::Batch => {
                 for index in 0..state.batch_len() {
-                    for hook in &self.hooks {
+                    for hook in h.hooks {
                         let Some(p) = state.batch_call(index) else { break };
                         if matches!(p.plan, Plan::Reject { .. })
                             || !hook.applies(HookEvent::PreTool, Some(&p.call.name))
@@ -1211,13 +1272,13 @@ impl Agent {
                             error,
                             duration_ms: ms(t0.elapsed()),
                         });
-                        state.apply_pre_tool(index, answer, hook.name(), registry, self.policy.as_deref());
+                        state.apply_pre_tool(index, answer, hook.name(), registry, h.policy);
                     }
                 }
             }
             Admission::Completed => {
                 let Some(answer) = state.outcome_answer() else { return };
-                for hook in &self.hooks {
+                for hook in h.hooks.iter().take(h.own) {
                     if !hook.applies(HookEvent::Stop, None) {
                         continue;
                     }
@@ -1269,7 +1330,7 @@ impl Agent {
     /// withholds the result (fail closed): the call is an error saying why.
     async fn post_tool(
         &self,
-        ctx: &HookContext,
+        h: &Hooked<'_>,
         p: &PlannedCall<'_>,
         result: CallResult,
         cancel: &CancellationToken,
@@ -1281,7 +1342,8 @@ impl Agent {
         // A hook sees and changes the text only: a result it replaced or redacted loses its images.
         let mut images = result.images;
         let mut result = HookResult { content: result.content, is_error: result.is_error };
-        for hook in &self.hooks {
+        let ctx = &h.ctx;
+        for hook in h.hooks {
             if !hook.applies(HookEvent::PostTool, Some(&p.call.name)) {
                 continue;
             }
@@ -1331,14 +1393,14 @@ impl Agent {
         run_cancel: &CancellationToken,
         performer: Option<&dyn Performer>,
         at: BatchAt<'_>,
-        hook_ctx: Option<&HookContext>,
+        hooked: Option<&Hooked<'_>>,
         hook_events: &mut Vec<EventKind>,
     ) -> CallResult {
         if !spans::on() {
-            return self.run_call(registry, p, run_cancel, performer, at, hook_ctx, hook_events).await;
+            return self.run_call(registry, p, run_cancel, performer, at, hooked, hook_events).await;
         }
         // Boxed: the untraced call's future does not grow by the span's state.
-        Box::pin(self.run_call_in_span(registry, p, run_cancel, performer, at, hook_ctx, hook_events)).await
+        Box::pin(self.run_call_in_span(registry, p, run_cancel, performer, at, hooked, hook_events)).await
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1349,12 +1411,12 @@ impl Agent {
         run_cancel: &CancellationToken,
         performer: Option<&dyn Performer>,
         at: BatchAt<'_>,
-        hook_ctx: Option<&HookContext>,
+        hooked: Option<&Hooked<'_>>,
         hook_events: &mut Vec<EventKind>,
     ) -> CallResult {
         let span = spans::tool_span(p.call, at.span_content);
         let unfinished = spans::Unfinished::new(&span);
-        let call = self.run_call(registry, p, run_cancel, performer, at, hook_ctx, hook_events);
+        let call = self.run_call(registry, p, run_cancel, performer, at, hooked, hook_events);
         let result = call.instrument(span.clone()).await;
         unfinished.finished();
         let error_type = match (p.plan, registry.get(&p.call.name)) {
@@ -1378,7 +1440,7 @@ impl Agent {
         run_cancel: &CancellationToken,
         performer: Option<&dyn Performer>,
         at: BatchAt<'_>,
-        hook_ctx: Option<&HookContext>,
+        hooked: Option<&Hooked<'_>>,
         hook_events: &mut Vec<EventKind>,
     ) -> CallResult {
         let tool = match (&p.plan, registry.get(&p.call.name)) {
@@ -1392,7 +1454,7 @@ impl Agent {
             (Plan::Run, Some(tool)) => tool,
         };
         let step = || ToolStep { step: at.step, call: p.call, key_prefix: at.key_prefix };
-        match (performer, hook_ctx) {
+        match (performer, hooked) {
             (None, None) => self.perform_call(tool, p, run_cancel, at).await,
             (Some(performer), None) => {
                 performer.tool_call(step(), Box::pin(self.perform_call(tool, p, run_cancel, at))).await

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::approval::{ApprovalDecision, DecisionError, PendingCall, Verdict, arguments_hash};
+use crate::approval::{
+    ApprovalDecision, DecisionError, HeldResult, PendingCall, SubAgentCall, Verdict, arguments_hash,
+};
 use crate::context::{ContextConfig, ContextStrategy, DEFAULT_SUMMARY_PROMPT, bound_text, bound_to_units, fair_shares};
 use crate::cost::Price;
 use crate::hook::PreTool;
@@ -69,6 +71,7 @@ pub struct Batch<'a> {
     calls: &'a [ToolCall],
     plans: &'a [Plan],
     edits: &'a [Option<Edit>],
+    held: &'a Held,
 }
 
 impl<'a> Batch<'a> {
@@ -80,6 +83,19 @@ impl<'a> Batch<'a> {
     /// True when it holds no call.
     pub fn is_empty(&self) -> bool {
         self.plans.is_empty()
+    }
+
+    /// The result of the call at `index` when it already ran before a sub-agent of the batch stopped for a
+    /// decision (it does not run again).
+    pub fn held_result(&self, index: usize) -> Option<CallResult> {
+        let r = self.held.results.get(index)?.as_ref()?;
+        Some(CallResult::text(r.content.clone(), r.is_error))
+    }
+
+    /// The sub-agent runs of the batch that waited for decisions, now decided: each to be continued by its
+    /// parent call.
+    pub fn agent_waits(&self) -> &'a [AgentWait] {
+        &self.held.agents
     }
 
     /// The calls in order, each with its plan.
@@ -246,6 +262,45 @@ pub struct RunState {
     /// The batch left waiting when the run ended `awaiting_approval`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     awaiting: Vec<crate::approval::PendingCall>,
+    /// While the admitted batch waits on its sub-agents' questions: what of it already ran, and the
+    /// sub-agent runs that wait.
+    #[serde(default, skip_serializing_if = "Held::is_empty")]
+    held: Held,
+}
+
+/// An admitted batch stopped by its sub-agents' questions (see [`RunState::hold_batch`]).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Held {
+    /// By call index: the result of a call that already ran (it does not run again).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    results: Vec<Option<HeldResult>>,
+    /// The sub-agent runs that wait for decisions, continued when the batch runs again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    agents: Vec<AgentWait>,
+}
+
+impl Held {
+    fn is_empty(&self) -> bool {
+        self.results.is_empty() && self.agents.is_empty()
+    }
+}
+
+/// A sub-agent run that waits for decisions inside its parent's batch: its transcript (its last turn's calls
+/// without results) and its waiting batch, decisions made so far included. The parent's call `call_id`
+/// continues it ([`RunState::resume_pending`]) once every call of it is decided.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AgentWait {
+    /// The sub-agent (its tool name in the parent).
+    pub agent: String,
+    /// The parent's call that started it.
+    pub call_id: String,
+    /// Its run that waits.
+    pub run_id: String,
+    /// Its transcript.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<Message>,
+    /// Its waiting batch.
+    pub pending: Vec<PendingCall>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -284,6 +339,7 @@ impl RunState {
             agents: BTreeMap::new(),
             phase: Phase::Ready,
             awaiting: Vec::new(),
+            held: Held::default(),
         })
     }
 
@@ -340,6 +396,7 @@ impl RunState {
             agents: BTreeMap::new(),
             phase: Phase::Ready,
             awaiting: Vec::new(),
+            held: Held::default(),
         })
     }
 
@@ -641,12 +698,12 @@ impl RunState {
                 )
             }
             Phase::AwaitingTools { plans, edits, .. } => {
-                if plans.iter().any(|p| matches!(p, Plan::Ask { .. })) {
+                if self.awaits_decision() {
                     return Action::Approve(self.pending_batch().into_iter().filter(|p| p.needs_decision()).collect());
                 }
                 // The batch is the newest turn's calls: nothing of it is recorded yet but that turn.
                 let calls = self.transcript.last().map_or(&[][..], Message::tool_calls);
-                Action::RunTools(Batch { calls, plans, edits })
+                Action::RunTools(Batch { calls, plans, edits, held: &self.held })
             }
             _ => Action::Finished,
         }
@@ -1031,7 +1088,8 @@ impl RunState {
 
     /// True when the admitted batch has a call that waits for a decision.
     pub fn awaits_decision(&self) -> bool {
-        matches!(&self.phase, Phase::AwaitingTools { plans, .. } if plans.iter().any(|p| matches!(p, Plan::Ask { .. })))
+        matches!(&self.phase, Phase::AwaitingTools { plans, .. } if plans.iter().any(|p| matches!(p, Plan::Ask { .. }))
+            || self.held.agents.iter().any(|a| a.pending.iter().any(PendingCall::needs_decision)))
     }
 
     /// The final answer of a completed run.
@@ -1063,9 +1121,56 @@ impl RunState {
                     arguments_hash: arguments_hash(arguments),
                     plan: plan.clone(),
                     edited_by: edit.map(|e| e.by.clone()),
+                    sub_agent: None,
+                    result: self.held.results.get(i).cloned().flatten(),
                 }
             })
+            .chain(self.held.agents.iter().flat_map(|a| {
+                a.pending.iter().map(|p| PendingCall {
+                    sub_agent: Some(SubAgentCall {
+                        agent: a.agent.clone(),
+                        parent_call_id: a.call_id.clone(),
+                        run_id: a.run_id.clone(),
+                    }),
+                    ..p.clone()
+                })
+            }))
             .collect()
+    }
+
+    /// Stops the admitted batch for its sub-agents' questions instead of recording it: `results` are what
+    /// its calls gave (`None`: not run), `waits` the sub-agent runs that ended waiting for decisions (their
+    /// calls' results are not kept). The batch waits for those decisions ([`Action::Approve`]); then it runs
+    /// again, except the calls that already ran, and each waiting sub-agent run is continued.
+    pub fn hold_batch(&mut self, results: Vec<Option<CallResult>>, waits: Vec<AgentWait>) {
+        if !matches!(self.phase, Phase::AwaitingTools { .. }) {
+            return;
+        }
+        let calls = self.transcript.last().map_or(&[][..], Message::tool_calls);
+        let kept = calls
+            .iter()
+            .zip(results)
+            .enumerate()
+            .map(|(i, (call, r))| match r {
+                Some(_) if waits.iter().any(|w| w.call_id == *call.id) => None,
+                Some(r) => Some(HeldResult { content: r.content, is_error: r.is_error }),
+                None => self.held.results.get(i).cloned().flatten(),
+            })
+            .collect();
+        self.held = Held { results: kept, agents: waits };
+    }
+
+    /// The ids of the sub-agent runs the batch waits on whose transcripts are not known (a state rebuilt
+    /// from a record: give them with [`RunState::set_agent_transcript`]).
+    pub fn waiting_agent_runs(&self) -> Vec<String> {
+        self.held.agents.iter().filter(|a| a.messages.is_empty()).map(|a| a.run_id.clone()).collect()
+    }
+
+    /// The transcript of the waiting sub-agent run `run_id`, as recorded.
+    pub fn set_agent_transcript(&mut self, run_id: &str, messages: Vec<Message>) {
+        if let Some(a) = self.held.agents.iter_mut().find(|a| a.run_id == run_id) {
+            a.messages = messages;
+        }
     }
 
     /// The call at `index` of the admitted batch as it would run (with changed arguments, if any) and its plan.
@@ -1159,11 +1264,13 @@ impl RunState {
             return Err(DecisionError::NotAwaiting);
         };
         let calls = self.transcript.last().map_or(&[][..], Message::tool_calls);
-        let index = calls
+        let found = calls
             .iter()
             .position(|c| *c.id == *decision.call_id)
-            .filter(|i| matches!(plans.get(*i), Some(Plan::Ask { .. })))
-            .ok_or_else(|| DecisionError::UnknownCall(decision.call_id.clone()))?;
+            .filter(|i| matches!(plans.get(*i), Some(Plan::Ask { .. })));
+        let Some(index) = found else {
+            return self.decide_for_sub_agent(decision);
+        };
         let Some(current) = self.batch_call(index) else {
             return Err(DecisionError::UnknownCall(decision.call_id.clone()));
         };
@@ -1179,6 +1286,25 @@ impl RunState {
             }
         };
         self.set_plan(index, plan, edit);
+        Ok(())
+    }
+
+    /// A decision about a waiting sub-agent's call: approve or deny (its tools are not this run's, so an
+    /// edit cannot be checked here).
+    fn decide_for_sub_agent(&mut self, decision: &ApprovalDecision) -> Result<(), DecisionError> {
+        let call = self
+            .held
+            .agents
+            .iter_mut()
+            .flat_map(|a| a.pending.iter_mut())
+            .find(|p| p.call_id == decision.call_id && p.needs_decision())
+            .ok_or_else(|| DecisionError::UnknownCall(decision.call_id.clone()))?;
+        crate::approval::check_hash(decision, &call.arguments)?;
+        call.plan = match &decision.verdict {
+            Verdict::Approve => Plan::Run,
+            Verdict::Deny { reason } => Plan::Reject { message: format!("denied by the approver: {reason}") },
+            Verdict::Edit { .. } => return Err(DecisionError::SubAgentEdit(decision.call_id.clone())),
+        };
         Ok(())
     }
 
@@ -1211,6 +1337,25 @@ impl RunState {
         limits.validate()?;
         let counter = ctx.counter.as_ref();
         let transcript = Transcript::from_messages(messages, counter).map_err(|e| ConfigError(e.to_string()))?;
+        // The batch's own calls, and its sub-agents' waiting calls (each run's, in order).
+        let (pending, theirs): (Vec<PendingCall>, Vec<PendingCall>) =
+            pending.into_iter().partition(|p| p.sub_agent.is_none());
+        let mut agents: Vec<AgentWait> = Vec::new();
+        for mut p in theirs {
+            let Some(of) = p.sub_agent.take() else { continue };
+            match agents.iter_mut().find(|a| a.run_id == of.run_id) {
+                Some(a) => a.pending.push(p),
+                None => agents.push(AgentWait {
+                    agent: of.agent,
+                    call_id: of.parent_call_id,
+                    run_id: of.run_id,
+                    messages: Vec::new(),
+                    pending: vec![p],
+                }),
+            }
+        }
+        let results: Vec<Option<HeldResult>> = pending.iter().map(|p| p.result.clone()).collect();
+        let held = Held { results: if results.iter().all(Option::is_none) { Vec::new() } else { results }, agents };
         let unanswered = transcript.unanswered();
         let ids: Vec<&str> = pending.iter().map(|p| p.call_id.as_str()).collect();
         if pending.is_empty() || unanswered.len() != pending.len() || unanswered.iter().zip(&ids).any(|(a, b)| a != b) {
@@ -1256,6 +1401,7 @@ impl RunState {
             agents: BTreeMap::new(),
             phase: Phase::AwaitingTools { plans, assistant_size, edits },
             awaiting: Vec::new(),
+            held,
         })
     }
 
@@ -1329,6 +1475,7 @@ impl RunState {
         else {
             return;
         };
+        self.held = Held::default();
         let counter = ctx.counter.as_ref();
         let mut results = results.into_iter();
         let mut texts: Vec<(String, String, bool, Vec<Image>)> = self

@@ -25,12 +25,10 @@ fn submit_flags(r: &Restate) -> Vec<String> {
     vec!["--restate".into(), r.ingress.clone(), "--restate-admin".into(), r.admin.clone()]
 }
 
-/// Submits a new session's first turn through the client; returns (session, run).
-fn submit(r: &Restate, agent: &Path, prompt: &str) -> (String, String) {
-    let layer = reins_agent::agent_file_layer(agent).unwrap();
-    let def = reins_agent::resolve(&[layer]).unwrap().def;
+/// Submits a new session's first turn (the worker's default agent) through the client; returns (session, run).
+fn submit(r: &Restate, prompt: &str) -> (String, String) {
     let (session, run_id) = (reins_restate::new_id(), reins_restate::new_id());
-    let req = TurnRequest { run_id: run_id.clone(), prompt: prompt.into(), agent: Some(def.to_json()) };
+    let req = TurnRequest { run_id: run_id.clone(), prompt: prompt.into(), ..Default::default() };
     runtime().block_on(client(r).submit(&session, &req)).unwrap();
     (session, run_id)
 }
@@ -86,7 +84,14 @@ impl Setup {
     }
 
     fn worker(&self, i: usize) -> Worker {
-        Worker::start(self.ports[i], self.dir.path(&format!("worker{i}.log")))
+        self.worker_with(i, &[])
+    }
+
+    /// With more flags of `reins worker` (after `--agent test=AGENT`, the agent of the tests).
+    fn worker_with(&self, i: usize, args: &[&str]) -> Worker {
+        let allowed = format!("test={}", self.agent.display());
+        let args: Vec<&str> = ["--agent", allowed.as_str()].into_iter().chain(args.iter().copied()).collect();
+        Worker::start_with(self.ports[i], self.dir.path(&format!("worker{i}.log")), &args)
     }
 
     fn register(&self) {
@@ -102,9 +107,7 @@ fn a_multi_step_run_with_tools_completes_and_its_next_turn_runs_on_another_worke
     let out = reins()
         .arg("submit")
         .args(submit_flags(&s.restate))
-        .arg("--agent")
-        .arg(&s.agent)
-        .args(["--wait", "--output"])
+        .args(["--agent", "test", "--wait", "--output"])
         .arg(s.dir.path("outcome.json"))
         .arg("tools 3 2")
         .output()
@@ -152,7 +155,7 @@ fn a_multi_step_run_with_tools_completes_and_its_next_turn_runs_on_another_worke
 
 /// The uninterrupted run of `prompt` that a crashed one must equal.
 fn reference(s: &Setup, prompt: &str) -> Outcome {
-    let (session, run) = submit(&s.restate, &s.agent, prompt);
+    let (session, run) = submit(&s.restate, prompt);
     let o = wait(&s.restate, &session, &run);
     assert_eq!(o.status, Status::Completed, "{:?}", o.error);
     o
@@ -183,7 +186,7 @@ fn a_worker_killed_mid_batch_is_replaced_and_every_finished_step_is_done_once() 
     let prompt = "tools 2 3 slow";
     let expected = reference(&s, prompt);
     std::fs::remove_file(s.dir.path("started")).unwrap();
-    let (session, run) = submit(&s.restate, &s.agent, prompt);
+    let (session, run) = submit(&s.restate, prompt);
     wait_for(&s.dir.path("started"), Duration::from_secs(60));
     w.restart();
     let crashed = wait(&s.restate, &session, &run);
@@ -198,7 +201,7 @@ fn the_server_killed_mid_batch_and_restarted_finishes_the_run_the_same() {
     let prompt = "tools 2 3 slow";
     let expected = reference(&s, prompt);
     std::fs::remove_file(s.dir.path("started")).unwrap();
-    let (session, run) = submit(&s.restate, &s.agent, prompt);
+    let (session, run) = submit(&s.restate, prompt);
     wait_for(&s.dir.path("started"), Duration::from_secs(60));
     s.restate.kill_and_restart();
     let crashed = wait(&s.restate, &session, &run);
@@ -211,7 +214,7 @@ fn sigterm_to_a_worker_hands_its_turn_to_another() {
     let mut a = s.worker(0);
     s.register();
     let prompt = "tools 2 3 slow";
-    let (session, run) = submit(&s.restate, &s.agent, prompt);
+    let (session, run) = submit(&s.restate, prompt);
     wait_for(&s.dir.path("started"), Duration::from_secs(60));
     let _b = s.worker(1);
     assert!(a.term(Duration::from_secs(10)), "the worker exits promptly on SIGTERM");
@@ -227,7 +230,7 @@ fn cancel_mid_run_ends_it_aborted_with_a_coherent_transcript() {
     let s = Setup::new("cancel", 1);
     let _w = s.worker(0);
     s.register();
-    let (_session, run) = submit(&s.restate, &s.agent, "tools 3 1 slow");
+    let (_session, run) = submit(&s.restate, "tools 3 1 slow");
     wait_for(&s.dir.path("started"), Duration::from_secs(60));
     let out = reins().arg("cancel").args(submit_flags(&s.restate)).arg(&run).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
@@ -251,17 +254,20 @@ fn two_workers_run_a_hundred_sessions_each_once() {
     let s = Setup::new("hundred", 2);
     let (_a, _b) = (s.worker(0), s.worker(1));
     s.register();
-    let layer = reins_agent::agent_file_layer(&s.agent).unwrap();
-    let def = reins_agent::resolve(&[layer]).unwrap().def.to_json();
     let c = client(&s.restate);
     let outcomes: Vec<(String, Outcome)> = runtime().block_on(async {
         let mut tasks = tokio::task::JoinSet::new();
         for i in 0..100 {
-            let (c, def) = (c.clone(), def.clone());
+            let c = c.clone();
             tasks.spawn(async move {
                 let prompt = format!("tools 1 1 #{i}");
                 let (session, run_id) = (reins_restate::new_id(), reins_restate::new_id());
-                let req = TurnRequest { run_id: run_id.clone(), prompt: prompt.clone(), agent: Some(def) };
+                let req = TurnRequest {
+                    run_id: run_id.clone(),
+                    prompt: prompt.clone(),
+                    agent: Some("test".into()),
+                    ..Default::default()
+                };
                 c.submit(&session, &req).await.unwrap();
                 (prompt, c.wait(&session, &run_id).await.unwrap())
             });
@@ -288,30 +294,37 @@ fn two_workers_run_a_hundred_sessions_each_once() {
 #[test]
 fn bad_agents_unknown_ids_and_an_unreachable_service_are_clear_errors() {
     let s = Setup::new("bad", 1);
-    let _w = s.worker(0);
+    // A second agent of the worker whose workspace is not there (on this worker).
+    let gone = s.dir.path("gone.toml");
+    std::fs::write(&gone, "model = \"openai-chat:test\"\n[workspace]\npath = \"/nonexistent/reins-ws\"\n").unwrap();
+    let _w = s.worker_with(0, &["--agent", &format!("gone={}", gone.display())]);
     s.register();
     let c = client(&s.restate);
-    // A bad definition is a terminal error naming the key, not a retry loop.
+    // A turn's override that does not parse is a terminal error naming the key, not a retry loop.
     let session = reins_restate::new_id();
-    let req = TurnRequest {
-        run_id: reins_restate::new_id(),
-        prompt: "hi".into(),
-        agent: Some(json!({"model": "openai-chat:test", "limits": {"max_steps": 0}})),
-    };
-    runtime().block_on(c.submit(&session, &req)).unwrap();
-    match runtime().block_on(c.wait(&session, &req.run_id)) {
-        Err(ClientError::Failed(m)) => {
-            assert!(m.contains("bad agent definition") && m.contains("limits.max_steps"), "{m}")
-        }
+    let run_id = reins_restate::new_id();
+    let url = format!("{}/ReinsSession/{session}/turn/send", s.restate.ingress);
+    let bad = json!({"run_id": run_id, "prompt": "hi", "overrides": {"limits": {"max_steps": 0}}});
+    let (status, body) = runtime()
+        .block_on(async {
+            let resp =
+                reqwest::Client::new().post(&url).header("idempotency-key", &run_id).json(&bad).send().await.ok()?;
+            Some((resp.status().as_u16(), resp.text().await.ok()?))
+        })
+        .unwrap();
+    assert!((200..300).contains(&status), "{status} {body}");
+    match runtime().block_on(c.wait(&session, &run_id)) {
+        Err(ClientError::Failed(m)) => assert!(m.contains("bad turn: overrides.limits.max_steps"), "{m}"),
         other => panic!("{other:?}"),
     }
-    let found = runtime().block_on(c.find(&req.run_id)).unwrap();
+    let found = runtime().block_on(c.find(&run_id)).unwrap();
     assert_eq!(found.status, "completed");
     // A workspace this worker cannot open is refused, saying so.
     let req = TurnRequest {
         run_id: reins_restate::new_id(),
         prompt: "hi".into(),
-        agent: Some(json!({"model": "openai-chat:test", "workspace": {"path": "/nonexistent/reins-ws"}})),
+        agent: Some("gone".into()),
+        ..Default::default()
     };
     let session = reins_restate::new_id();
     runtime().block_on(c.submit(&session, &req)).unwrap();
@@ -319,12 +332,10 @@ fn bad_agents_unknown_ids_and_an_unreachable_service_are_clear_errors() {
         Err(ClientError::Failed(m)) => assert!(m.contains("cannot open the workspace /nonexistent/reins-ws"), "{m}"),
         other => panic!("{other:?}"),
     }
-    // The CLI: a bad agent file is exit 2 before anything is sent; an unknown id or session, or nothing
+    // The CLI: a bad override is exit 2 before anything is sent; an unknown id or session, or nothing
     // listening, is exit 15.
-    let bad = s.dir.path("bad.toml");
-    std::fs::write(&bad, "model = 5\n").unwrap();
-    let out = reins().arg("submit").args(submit_flags(&s.restate)).arg("--agent").arg(&bad).arg("x").output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = reins().arg("submit").args(submit_flags(&s.restate)).args(["--max-steps", "0", "x"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     for cmd in ["status", "result", "cancel"] {
         let out = reins().arg(cmd).args(submit_flags(&s.restate)).arg("no-such-run").output().unwrap();
         assert_eq!(out.status.code(), Some(15), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
@@ -346,13 +357,17 @@ fn bad_agents_unknown_ids_and_an_unreachable_service_are_clear_errors() {
 fn a_worker_given_an_identity_key_refuses_unsigned_requests() {
     let s = Setup::new("identity", 1);
     let key = "publickeyv1_ChjENKeMvCtRnqG2mrBK1HmPKufgFUc98K8B3ononQvp";
-    let w = Worker::start_with(s.ports[0], s.dir.path("worker.log"), &["--identity-key", key]);
+    let w = s.worker_with(0, &["--identity-key", key]);
     // This server signs nothing: the worker refuses its discovery, so it cannot be registered.
     let (status, body) = http_post(&format!("{}/deployments", s.restate.admin), &json!({"uri": w.uri()})).unwrap();
     assert!(!(200..300).contains(&status), "{status} {body}");
     assert!(body.contains("401") || body.to_lowercase().contains("unauthorized"), "{body}");
     // A key that does not parse is refused before the worker listens.
-    let out = reins().args(["worker", "--listen", "127.0.0.1:0", "--identity-key", "not-a-key"]).output().unwrap();
+    let allowed = format!("test={}", s.agent.display());
+    let out = reins()
+        .args(["worker", "--listen", "127.0.0.1:0", "--agent", &allowed, "--identity-key", "not-a-key"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid request identity key"));
 }
@@ -371,10 +386,15 @@ fn a_worker_given_the_key_of_a_signing_server_serves_its_runs() {
     let restate = Restate::start_invoker("", Some(IDENTITY_PEM));
     let model = ModelServer::start();
     let agent = agent_file(&dir.0, &model.url);
-    let w = Worker::start_with(free_port(), dir.path("worker.log"), &["--identity-key", IDENTITY_PUBLIC]);
+    let allowed = format!("test={}", agent.display());
+    let w = Worker::start_with(
+        free_port(),
+        dir.path("worker.log"),
+        &["--agent", &allowed, "--identity-key", IDENTITY_PUBLIC],
+    );
     // The server signs every request with its private key: the worker accepts its discovery and its turns.
     restate.register(&w.uri());
-    let (session, run) = submit(&restate, &agent, "tools 1 2");
+    let (session, run) = submit(&restate, "tools 1 2");
     let o = wait(&restate, &session, &run);
     assert_eq!(o.status, Status::Completed, "{:?}", o.error);
     assert_eq!(o.answer.as_deref(), Some("done after 1 steps and 2 results"));
@@ -391,7 +411,7 @@ fn a_batch_of_parallel_calls_is_journaled_call_by_call() {
     let _w = s.worker(0);
     s.register();
     std::fs::write(s.dir.path("ws/f.txt"), "hello file").unwrap();
-    let (session, run) = submit(&s.restate, &s.agent, "reads 4");
+    let (session, run) = submit(&s.restate, "reads 4");
     let o = wait(&s.restate, &session, &run);
     assert_eq!(o.status, Status::Completed, "{:?}", o.error);
     assert_eq!(o.answer.as_deref(), Some("read 4 times"));
@@ -426,9 +446,9 @@ fn a_worker_given_otlp_exports_the_spans_of_its_turns_and_flushes_them_on_sigter
     std::io::BufReader::new(receiver.stdout.take().unwrap()).read_line(&mut line).unwrap();
     let ports: serde_json::Value = serde_json::from_str(&line).unwrap();
     let url = format!("http://127.0.0.1:{}", ports["http"]);
-    let mut w = Worker::start_with(s.ports[0], s.dir.path("worker0.log"), &["--otlp", &url]);
+    let mut w = s.worker_with(0, &["--otlp", &url]);
     s.register();
-    let (session, run) = submit(&s.restate, &s.agent, "tools 2 1");
+    let (session, run) = submit(&s.restate, "tools 2 1");
     let o = wait(&s.restate, &session, &run);
     assert_eq!(o.status, Status::Completed, "{:?}", o.error);
     // The worker's spans are sent at the latest when it stops.

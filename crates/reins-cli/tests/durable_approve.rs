@@ -35,7 +35,8 @@ impl Setup {
     }
 
     fn worker(&self, n: usize) -> Worker {
-        Worker::start(self.port, self.dir.path(&format!("worker{n}.log")))
+        let allowed = format!("test={}", self.agent.display());
+        Worker::start_with(self.port, self.dir.path(&format!("worker{n}.log")), &["--agent", &allowed])
     }
 
     fn flags(&self) -> Vec<String> {
@@ -44,8 +45,7 @@ impl Setup {
 
     /// `reins submit` (not waiting): the session and run ids.
     fn submit(&self, prompt: &str) -> (String, String) {
-        let out =
-            reins().arg("submit").args(self.flags()).arg("--agent").arg(&self.agent).arg(prompt).output().unwrap();
+        let out = reins().arg("submit").args(self.flags()).args(["--agent", "test", prompt]).output().unwrap();
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         let stdout = text(&out.stdout);
         let get = |p: &str| stdout.lines().find_map(|l| l.strip_prefix(p)).unwrap().to_owned();

@@ -124,14 +124,14 @@ async fn query(s: &Server, http: &reqwest::Client, sql: &str) -> Vec<Value> {
     v["rows"].as_array().cloned().unwrap_or_default()
 }
 
-/// A worker served in this process on a port of its own.
-async fn worker() -> u16 {
+/// A worker served in this process on a port of its own, running `agents`.
+async fn worker(agents: &std::collections::BTreeMap<String, reins_agent::AgentDef>) -> u16 {
     let listener = reins_restate::worker::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
         .await
         .unwrap_or_else(|e| fail(&e.to_string()));
     let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+    let options = reins_restate::worker::WorkerOptions { agents: agents.clone(), ..Default::default() };
     tokio::spawn(async move {
-        let options = reins_restate::worker::WorkerOptions::default();
         let _ = reins_restate::worker::serve(listener, &options, std::future::pending()).await;
     });
     port
@@ -203,9 +203,11 @@ fn agent(script: &Path) -> Value {
     json!({"model": format!("script:{}", script.display()), "test_tools": true, "limits": {"max_steps": 5000}})
 }
 
-async fn durable_run(c: &Client, agent: Value) -> (String, reins::Outcome) {
+/// A durable run of the worker's agent `agent`.
+async fn durable_run(c: &Client, agent: &str) -> (String, reins::Outcome) {
     let (session, run_id) = (reins_restate::new_id(), reins_restate::new_id());
-    let req = TurnRequest { run_id: run_id.clone(), prompt: "go".into(), agent: Some(agent) };
+    let req =
+        TurnRequest { run_id: run_id.clone(), prompt: "go".into(), agent: Some(agent.into()), ..Default::default() };
     if let Err(e) = c.submit(&session, &req).await {
         fail(&format!("submit: {e}"));
     }
@@ -215,11 +217,11 @@ async fn durable_run(c: &Client, agent: Value) -> (String, reins::Outcome) {
     }
 }
 
-async fn sessions_per_s(c: &Client, agent: &Value, n: usize) -> f64 {
+async fn sessions_per_s(c: &Client, agent: &'static str, n: usize) -> f64 {
     let t0 = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..n {
-        let (c, agent) = (c.clone(), agent.clone());
+        let c = c.clone();
         tasks.spawn(async move { durable_run(&c, agent).await.1.status });
     }
     while let Some(r) = tasks.join_next().await {
@@ -272,28 +274,33 @@ fn main() {
         let http = reqwest::Client::new();
         let server = start_server(&dir);
         wait_healthy(&server, &http).await;
-        let (w1, w2) = (worker().await, worker().await);
+        // The workers run the agents of the three scripts, by name.
+        let (s200, s1000, s1) = (script(&dir, 200), script(&dir, 1000), script(&dir, 1));
+        let def = |s: &Path| reins_agent::AgentDef::from_json(&agent(s)).unwrap_or_else(|e| fail(&e.to_string()));
+        let agents = std::collections::BTreeMap::from([
+            ("s200".into(), def(&s200)),
+            ("s1000".into(), def(&s1000)),
+            ("s1".into(), def(&s1)),
+        ]);
+        let (w1, w2) = (worker(&agents).await, worker(&agents).await);
         let one = balancer(vec![w1]).await;
         register(&server, &http, &one).await;
         let c = Client::new(&server.ingress, &server.admin);
 
         // Per step: in process, then durable.
-        let s200 = script(&dir, 200);
-        let def = reins_agent::AgentDef::from_json(&agent(&s200)).unwrap_or_else(|e| fail(&e.to_string()));
-        let built = def.build().await.unwrap_or_else(|e| fail(&e.to_string()));
+        let built = def(&s200).build().await.unwrap_or_else(|e| fail(&e.to_string()));
         let t0 = Instant::now();
         let o = built.run("go", tokio_util::sync::CancellationToken::new()).await;
         let inproc = t0.elapsed().as_secs_f64() * 1e6 / o.steps as f64;
         let t0 = Instant::now();
-        let (_, o) = durable_run(&c, agent(&s200)).await;
+        let (_, o) = durable_run(&c, "s200").await;
         let durable = t0.elapsed().as_secs_f64() * 1e6 / o.steps as f64;
         emit("inprocess-us-per-step", inproc, "us_per_step");
         emit("restate-us-per-step", durable, "us_per_step");
         emit("restate-added-us-per-step", durable - inproc, "us_per_step");
 
         // Journal bytes per step, early and late in a long run.
-        let s1000 = script(&dir, 1000);
-        let (run, o) = durable_run(&c, agent(&s1000)).await;
+        let (run, o) = durable_run(&c, "s1000").await;
         if o.steps < 1000 {
             fail(&format!("the 1000-step run ended after {} steps: {:?}", o.steps, o.error));
         }
@@ -302,11 +309,10 @@ fn main() {
         emit("journal-bytes-step-1000", b[1] as f64, "bytes");
 
         // Sessions per second.
-        let s1 = agent(&script(&dir, 1));
-        emit("sessions-per-s-1-worker", sessions_per_s(&c, &s1, 200).await, "sessions_per_s");
+        emit("sessions-per-s-1-worker", sessions_per_s(&c, "s1", 200).await, "sessions_per_s");
         let two = balancer(vec![w1, w2]).await;
         register(&server, &http, &two).await;
-        emit("sessions-per-s-2-workers", sessions_per_s(&c, &s1, 200).await, "sessions_per_s");
+        emit("sessions-per-s-2-workers", sessions_per_s(&c, "s1", 200).await, "sessions_per_s");
         drop(server);
     });
     let _ = std::fs::remove_dir_all(&dir);

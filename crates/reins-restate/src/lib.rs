@@ -11,6 +11,12 @@
 //!   approve` resolves it.
 //! - [`client`]: what `reins submit/status/result/cancel/approve` say to Restate's ingress and admin APIs.
 //!
+//! Trust: a worker's power comes from its operator. It runs only the agents it was given when it started
+//! ([`worker::WorkerOptions::agents`]); a turn names one and may override only what cannot start a program
+//! or widen a workspace ([`Overrides`]). What arrives on its port — a turn's input, a session's state, a
+//! journal — is data: it selects among the operator's agents and feeds the transcript, never defines a
+//! program to run.
+//!
 //! The wire types below are the contract between the two.
 
 pub mod client;
@@ -50,16 +56,128 @@ pub fn is_valid_awakeable(id: &str) -> bool {
 }
 
 /// The input of a turn.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// A worker's power comes from its operator, never from its caller: a turn names one of the agents the
+/// worker was given (`reins worker --agent NAME=FILE`, `--agents DIR`) and may override only what cannot start
+/// a program or widen a workspace ([`Overrides`]). A definition sent with a turn is refused.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TurnRequest {
     /// The id of the run this turn is (also the idempotency key of its invocation).
     pub run_id: String,
     /// The user's prompt (a follow-up on later turns).
     pub prompt: String,
-    /// The agent definition (reins-agent's `AgentDef` in its JSON form). Required on a session's first
-    /// turn; a later turn without one continues with the session's.
+    /// The name of one of the worker's agents. A turn that names none continues with the session's agent,
+    /// else the worker's default.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "agent_name")]
+    pub agent: Option<String>,
+    /// What this turn changes of the named agent (only what cannot start a program or widen a workspace).
+    #[serde(default, skip_serializing_if = "Overrides::is_empty")]
+    pub overrides: Overrides,
+}
+
+impl TurnRequest {
+    /// Reads a turn's input, naming the key of what does not parse (`overrides.limits.max_steps: ...`).
+    pub fn from_json(value: serde_json::Value) -> Result<TurnRequest, String> {
+        with_path(value)
+    }
+}
+
+/// Deserializes `value`, naming the key of what does not parse.
+fn with_path<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, String> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." { e.inner().to_string() } else { format!("{path}: {}", e.inner()) }
+    })
+}
+
+/// Reads a turn's `agent`: a name, never a definition (an older client sent the whole definition).
+fn agent_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    match Option::<serde_json::Value>::deserialize(d)? {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(serde::de::Error::custom(
+            "a turn names one of its worker's agents, it does not send one (not a definition: the worker runs \
+             only the agents its operator gave it, `reins worker --agent NAME=FILE`)",
+        )),
+    }
+}
+
+/// What a turn may change of its worker's agent: nothing that can start a program (MCP servers, presets,
+/// hooks, sub-agents, commands), widen a workspace, move the model calls (model, provider) or loosen a policy
+/// (approvals). Any other key is refused. Limits only tighten: each is the stricter of the operator's and
+/// the turn's.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Overrides {
+    /// The instructions (system prompt), instead of the agent's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent: Option<serde_json::Value>,
+    pub instructions: Option<String>,
+    /// Limits, each applied only where it is stricter than the agent's.
+    #[serde(default, skip_serializing_if = "is_default_limits")]
+    pub limits: reins_agent::LimitsDef,
+}
+
+fn is_default_limits(l: &reins_agent::LimitsDef) -> bool {
+    *l == reins_agent::LimitsDef::default()
+}
+
+/// `given` where it is stricter than `operator` (or the operator set none).
+fn tighten<T: PartialOrd + Copy>(operator: &mut Option<T>, given: Option<T>) {
+    if let Some(g) = given {
+        if operator.is_none_or(|o| g < o) {
+            *operator = Some(g);
+        }
+    }
+}
+
+impl Overrides {
+    /// Reads overrides, naming the key of what does not parse (`limits.max_steps: ...`).
+    pub fn from_json(value: serde_json::Value) -> Result<Overrides, String> {
+        with_path(value)
+    }
+
+    /// True when it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == Overrides::default()
+    }
+
+    /// The operator's definition with these overrides applied.
+    pub fn apply(&self, def: &reins_agent::AgentDef) -> reins_agent::AgentDef {
+        let mut def = def.clone();
+        if let Some(i) = &self.instructions {
+            def.instructions = Some(i.clone());
+            def.instructions_file = None;
+        }
+        let (l, g) = (&mut def.limits, &self.limits);
+        tighten(&mut l.max_steps, g.max_steps);
+        tighten(&mut l.max_tool_calls, g.max_tool_calls);
+        tighten(&mut l.max_input_tokens, g.max_input_tokens);
+        tighten(&mut l.max_output_tokens, g.max_output_tokens);
+        tighten(&mut l.max_total_tokens, g.max_total_tokens);
+        tighten(&mut l.max_cost_usd, g.max_cost_usd);
+        tighten(&mut l.timeout, g.timeout);
+        tighten(&mut l.tool_timeout, g.tool_timeout);
+        def
+    }
+}
+
+/// What a session's state records of its agent ([`worker::STATE_AGENT`]): the name of one of the worker's
+/// agents and the overrides of the turn that chose it. Never a definition: every turn builds the agent from
+/// its worker's own definitions, so a state written by anyone else cannot start a program either.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionAgent {
+    /// The agent's name.
+    pub name: String,
+    /// The overrides.
+    #[serde(default, skip_serializing_if = "Overrides::is_empty")]
+    pub overrides: Overrides,
+}
+
+/// True for a name that may name a worker's agent: 1 to 64 of `A-Za-z0-9_-` (no dot, so that a file name is
+/// never mistaken for one).
+pub fn is_valid_agent_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
 }
 
 /// True for an id that may name a session or a run: 1 to 128 of `A-Za-z0-9._-`, so that it is safe in a URL
@@ -102,6 +220,52 @@ mod tests {
         assert_eq!(a.problem, None);
         let v = serde_json::to_value(&a).unwrap();
         assert!(v.get("problem").is_none(), "{v}");
+    }
+
+    #[test]
+    fn a_turn_names_an_agent_and_overrides_only_instructions_and_tighter_limits() {
+        assert!(is_valid_agent_name("coder") && is_valid_agent_name("a_b-1"));
+        for bad in ["", "agent.toml", "a/b", "a b", "é", &"a".repeat(65)] {
+            assert!(!is_valid_agent_name(bad), "{bad:?}");
+        }
+        // A definition where a name belongs is refused, saying why.
+        let e = serde_json::from_value::<TurnRequest>(serde_json::json!({
+            "run_id": "r", "prompt": "p", "agent": {"model": "openai-chat:x", "mcp": {"x": {"command": "sh"}}}
+        }))
+        .unwrap_err();
+        assert!(e.to_string().contains("not a definition"), "{e}");
+        let e = TurnRequest::from_json(serde_json::json!({
+            "run_id": "r", "prompt": "p", "overrides": {"limits": {"max_steps": 0}}
+        }))
+        .unwrap_err();
+        assert!(e.starts_with("overrides.limits.max_steps: "), "{e}");
+        // Anything that could start a program, move the model calls or widen the workspace is not a key.
+        for key in ["mcp", "presets", "hooks", "agents", "commands", "workspace", "model", "provider", "approve"] {
+            let e = serde_json::from_value::<TurnRequest>(serde_json::json!({
+                "run_id": "r", "prompt": "p", "overrides": {key: {}}
+            }))
+            .unwrap_err();
+            assert!(e.to_string().contains(&format!("unknown field `{key}`")), "{key}: {e}");
+        }
+        // Limits only tighten; instructions replace the agent's (and its instructions file).
+        let def = reins_agent::AgentDef::from_json(&serde_json::json!({
+            "model": "openai-chat:x", "instructions_file": "/x.md", "limits": {"max_steps": 10, "timeout": "1m"}
+        }))
+        .unwrap();
+        let o: Overrides = serde_json::from_value(serde_json::json!({
+            "instructions": "be brief", "limits": {"max_steps": 50, "timeout": "10s", "max_tool_calls": 3}
+        }))
+        .unwrap();
+        let applied = o.apply(&def);
+        assert_eq!(applied.limits.max_steps, def.limits.max_steps);
+        assert_eq!(applied.limits.timeout.map(|d| d.0), Some(std::time::Duration::from_secs(10)));
+        assert_eq!(applied.limits.max_tool_calls.map(|c| c.0), Some(3));
+        assert_eq!((applied.instructions.as_deref(), applied.instructions_file), (Some("be brief"), None));
+        assert_eq!(Overrides::default().apply(&def), def);
+        // The wire form leaves empty overrides out; a session's record is a name, never a definition.
+        let req = TurnRequest { run_id: "r".into(), prompt: "p".into(), ..Default::default() };
+        assert_eq!(serde_json::to_value(&req).unwrap(), serde_json::json!({"run_id": "r", "prompt": "p"}));
+        assert!(serde_json::from_value::<SessionAgent>(def.to_json()).is_err());
     }
 
     proptest! {

@@ -50,6 +50,7 @@ mod output;
 mod providers_cli;
 mod render;
 mod run;
+mod scratch_copy;
 mod sessions_cli;
 mod signals;
 mod telemetry;

@@ -99,6 +99,10 @@ pub struct ReplayArgs {
     /// copy; the original is never touched.
     #[arg(long, value_name = "DIR")]
     pub workspace: Option<PathBuf>,
+    /// The most the scratch copy's files may come to, counted at their full sizes (sparse files too): 1GiB by
+    /// default; a size in bytes or with KiB/MiB/GiB/TiB (or KB/MB/GB/TB). More is refused, nothing left behind.
+    #[arg(long, value_name = "SIZE", value_parser = crate::scratch_copy::parse_size)]
+    pub max_copy: Option<u64>,
     /// The report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -432,30 +436,6 @@ fn print_message_at(pad: &str, index: u64, m: &Message) {
     }
 }
 
-/// Copies `from` into the existing directory `to` (files, directories as private directories, symlinks as
-/// links), stopping early with `Interrupted` once `cancel` fires.
-fn copy_tree(from: &Path, to: &Path, cancel: &CancellationToken) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt as _;
-    for entry in std::fs::read_dir(from)? {
-        if cancel.is_cancelled() {
-            return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, "cancelled"));
-        }
-        let entry = entry?;
-        let ty = entry.file_type()?;
-        let dest = to.join(entry.file_name());
-        if ty.is_dir() {
-            std::fs::DirBuilder::new().mode(0o700).create(&dest)?;
-            copy_tree(&entry.path(), &dest, cancel)?;
-        } else if ty.is_symlink() {
-            let target = std::fs::read_link(entry.path())?;
-            std::os::unix::fs::symlink(target, &dest)?;
-        } else if ty.is_file() {
-            std::fs::copy(entry.path(), &dest)?;
-        }
-    }
-    Ok(())
-}
-
 /// The scratch copy of a replay's workspace: a fresh private (0700) directory under the temp dir, removed on
 /// every way out (an error, a signal, even a second signal that exits at once).
 struct Scratch(PathBuf);
@@ -520,14 +500,21 @@ pub async fn replay(args: ReplayArgs) -> Result<u8, CliError> {
                 CliError::Internal(anyhow::anyhow!("creating the scratch directory for the replay: {e}"))
             })?;
             let (from, to, stop) = (ws.clone(), guard.0.clone(), cancel.clone());
-            let copied = tokio::task::spawn_blocking(move || copy_tree(&from, &to, &stop))
+            let max = args.max_copy.unwrap_or(crate::scratch_copy::DEFAULT_MAX_COPY_BYTES);
+            let copied = tokio::task::spawn_blocking(move || crate::scratch_copy::copy_tree(&from, &to, max, &stop))
                 .await
                 .map_err(|e| CliError::Internal(anyhow::anyhow!("copying the workspace: {e}")))?;
             if cancel.is_cancelled() {
                 return Ok(cancelled_replay(Some(guard)));
             }
+            // On an error the scratch copy is removed (the guard is dropped).
             copied.map_err(|e| {
-                CliError::Internal(anyhow::anyhow!("copying the workspace {} for the replay: {e}", ws.display()))
+                use crate::scratch_copy::CopyError;
+                let message = format!("copying the workspace {} for the replay: {e}", ws.display());
+                match e {
+                    CopyError::Io(..) | CopyError::Cancelled => CliError::Internal(anyhow::anyhow!(message)),
+                    CopyError::TooLarge { .. } | CopyError::Changed(_) | CopyError::TooDeep(_) => usage(message),
+                }
             })?;
             scratch = Some(guard);
         }

@@ -643,3 +643,67 @@ fn nothing_reins_starts_outlives_a_kill_9_and_the_next_run_sweeps_the_temp_dir()
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(entries(&tmp, "reins-cmd-"), Vec::<PathBuf>::new(), "stale temp dirs swept");
 }
+
+/// `reins replay` copies at most 1 GiB of files by default (`--max-copy` to change it), counted at their full
+/// sizes: a 2 GiB sparse file is refused (exit 2, the flag named) with no scratch copy left, where it used to write
+/// 2 GiB of zeros to `$TMPDIR`; under a larger bound the copy keeps its holes. A symlink to a directory outside the
+/// workspace is copied as a link, never followed (what it points to is not counted).
+#[test]
+fn replay_bounds_its_copy_and_does_not_follow_symlinks() {
+    let dir = Dir::new("replay-bound");
+    let (ws, tmp, outside) = (dir.0.join("ws"), dir.0.join("tmp"), dir.0.join("outside"));
+    for d in [&ws, &tmp, &outside] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(ws.join("notes.txt"), "one\ntwo\n").unwrap();
+    // Outside the workspace, behind a link: as much as the bound again.
+    std::fs::File::create(outside.join("huge")).unwrap().set_len(1 << 30).unwrap();
+    std::os::unix::fs::symlink(&outside, ws.join("elsewhere")).unwrap();
+    let script = json!([
+        {"tool_calls": [{"id": "1", "name": "read_file", "arguments": {"path": "notes.txt"}}]},
+        {"content": "read"}
+    ]);
+    let script = dir.file("s.json", &script.to_string());
+    let store = dir.store();
+    let out_file = dir.0.join("outcome.json");
+    let out = reins()
+        .args(["run", "--model"])
+        .arg(format!("script:{}", script.display()))
+        .arg("--workspace")
+        .arg(&ws)
+        .arg("--store")
+        .arg(&store)
+        .arg("--output")
+        .arg(&out_file)
+        .arg("read")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let outcome: Value = serde_json::from_str(&std::fs::read_to_string(&out_file).unwrap()).unwrap();
+    let id = outcome["session_id"].as_str().unwrap().to_owned();
+    let replay = |extra: &[&str]| {
+        reins().env("TMPDIR", &tmp).args(["replay", &id, "--store"]).arg(&store).args(extra).output().unwrap()
+    };
+
+    // The link is not followed: the 1 GiB behind it does not count, and the replay is identical.
+    let out = replay(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // A 2 GiB sparse file in the workspace passes the default bound: refused, nothing left behind.
+    std::fs::File::create(ws.join("sparse.bin")).unwrap().set_len(2 << 30).unwrap();
+    let out = replay(&[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("more than 1 GiB") && stderr.contains("sparse.bin") && stderr.contains("--max-copy"),
+        "{stderr}"
+    );
+    assert_eq!(entries(&tmp, "reins-replay-"), Vec::<PathBuf>::new(), "the scratch copy was left behind");
+
+    // Under a bound that takes it, the copy keeps the holes (the replay still compares equal).
+    let out = replay(&["--max-copy", "3GiB"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(entries(&tmp, "reins-replay-"), Vec::<PathBuf>::new());
+    let out = replay(&["--max-copy", "lots"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+}

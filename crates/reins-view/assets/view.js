@@ -75,6 +75,9 @@
     h.appendChild(m);
   }
 
+  // The width of an SVG label in pixels (11 px system-ui: at most ~6.5 px a character).
+  function textWidth(text) { return Math.ceil(String(text).length * 6.5); }
+
   // The width inside a section's padding (what an SVG may take without overflowing its frame).
   function contentWidth(sec) {
     var cs = getComputedStyle(sec);
@@ -131,14 +134,18 @@
       var spanMs = Math.max(run.span_ms, 1);
       var scale = inner / spanMs;
       var h = top + run.lanes * laneH + 6;
-      var g = svg('svg', { width: gutter + inner + 10, height: h, role: 'img' });
+      var svgW = gutter + inner + 10;
+      var g = svg('svg', { width: svgW, height: h, role: 'img' });
       g.setAttribute('aria-label', 'run ' + run.number + ' timeline');
       var tick = niceStep(spanMs, inner);
       for (var t = 0; t <= spanMs + 1e-9; t += tick) {
         var x = gutter + t * scale;
         g.appendChild(svg('line', { 'class': 'axis', x1: x, x2: x, y1: top - 4, y2: h }));
-        var lbl = svg('text', { x: x + 2, y: 11 });
-        lbl.textContent = fmtMs(t);
+        var text = fmtMs(t);
+        // A label that would run past the right edge ends at its tick instead of starting there.
+        var atEnd = x + 2 + textWidth(text) > svgW - 2;
+        var lbl = svg('text', atEnd ? { x: x - 2, y: 11, 'text-anchor': 'end' } : { x: x + 2, y: 11 });
+        lbl.textContent = text;
         g.appendChild(lbl);
       }
       for (var lane = 0; lane < run.lanes; lane++) {
@@ -147,10 +154,13 @@
         g.appendChild(name);
       }
       run.bars.forEach(function (b) {
+        // Within the run's span, at least a pixel wide, and never past the span's end.
+        var x0 = Math.min(Math.max(0, b.start * scale), inner - 1);
+        var bw = Math.max(1, Math.min(b.dur * scale, inner - x0));
         var r = svg('rect', {
           'class': 'bar ' + b.kind + (b.error ? ' error' : '') + (b.open ? ' open' : ''),
-          x: gutter + b.start * scale, y: top + b.lane * laneH + 2,
-          width: Math.max(1, b.dur * scale), height: laneH - 4, rx: 2
+          x: gutter + x0, y: top + b.lane * laneH + 2,
+          width: bw, height: laneH - 4, rx: Math.min(2, bw / 2)
         });
         var what = b.kind === 'tool' ? 'tool ' + b.name + ' (' + b.call_id + ') · step ' + b.step : b.kind === 'model' ? 'model call · step ' + b.step : 'compaction after step ' + b.step;
         tip(r, what + ' · ' + fmtMs(b.dur) + (b.open ? ' (no end recorded)' : '') + (b.error ? ' · failed' : '') + (b.detail ? '\n' + b.detail : ''));
@@ -158,7 +168,7 @@
         g.appendChild(r);
       });
       run.marks.forEach(function (m) {
-        var x = gutter + m.t * scale;
+        var x = gutter + Math.min(Math.max(0, m.t * scale), inner);
         var line = svg('line', { 'class': 'mark ' + m.kind, x1: x, x2: x, y1: top - 6, y2: h });
         tip(line, m.kind + ' · ' + fmtMs(m.t) + ' · ' + m.label);
         g.appendChild(line);
@@ -179,13 +189,16 @@
     if (steps.length === 0) { sec.appendChild(el('p', 'note', 'No model call recorded.')); return; }
     sec.appendChild(legend([['model', 'input tokens'], ['cached', 'cache reads'], ['output', 'output tokens'],
       ['cost', 'cost (own scale)'], ['error', 'failed call'], ['compaction', 'compaction'], ['approval', 'approval']]));
-    var width = contentWidth(sec), height = 150, left = 60, right = 60, top = 8, bottom = 20;
     var n = steps.length;
     var maxTok = 1, maxCost = 0, anyUsage = false, anyCost = false;
     steps.forEach(function (s) {
       if (s.usage) { anyUsage = true; maxTok = Math.max(maxTok, s.usage.input_tokens, s.usage.output_tokens); }
       if (s.cost_usd !== null && s.cost_usd !== undefined) { anyCost = true; maxCost = Math.max(maxCost, s.cost_usd); }
     });
+    // The margins hold the axis labels, however long.
+    var tokLabel = fmtInt(maxTok) + ' tok', costLabel = fmtCost(maxCost);
+    var width = contentWidth(sec), height = 150, top = 8, bottom = 20;
+    var left = Math.max(60, textWidth(tokLabel) + 10), right = anyCost ? Math.max(60, textWidth(costLabel) + 16) : 20;
     var w = width - left - right, hh = height - top - bottom;
     var xOf = function (i) { return left + (n === 1 ? w / 2 : i * w / (n - 1)); };
     var yTok = function (v) { return top + hh - v / maxTok * hh; };
@@ -193,20 +206,24 @@
     var g = svg('svg', { width: width, height: height, role: 'img' });
     g.setAttribute('aria-label', 'tokens and cost per step');
     g.appendChild(svg('line', { 'class': 'axis', x1: left, x2: left + w, y1: top + hh, y2: top + hh }));
-    var t1 = svg('text', { x: 2, y: top + 10 }); t1.textContent = fmtInt(maxTok) + ' tok'; g.appendChild(t1);
+    var t1 = svg('text', { x: 2, y: top + 10 }); t1.textContent = tokLabel; g.appendChild(t1);
     var t0 = svg('text', { x: 2, y: top + hh }); t0.textContent = '0'; g.appendChild(t0);
-    if (anyCost) { var tc = svg('text', { x: left + w + 4, y: top + 10 }); tc.textContent = fmtCost(maxCost); g.appendChild(tc); }
+    if (anyCost) { var tc = svg('text', { x: width - 4, y: top + 10, 'text-anchor': 'end' }); tc.textContent = costLabel; g.appendChild(tc); }
     var sx = svg('text', { x: left, y: height - 4 }); sx.textContent = 'step 1'; g.appendChild(sx);
     var ex = svg('text', { x: left + w, y: height - 4, 'text-anchor': 'end' }); ex.textContent = 'step ' + n + ' (all runs)'; g.appendChild(ex);
+    // A series is a line through its points; with few points (one is no line at all) each is also a marker.
     function series(cls, pick, y) {
-      var pts = [];
+      var pts = [], marks = [];
       for (var i = 0; i < n; i++) {
         var v = pick(steps[i]);
         if (v === null || v === undefined) continue;
         pts.push(xOf(i).toFixed(1) + ',' + y(v).toFixed(1));
+        marks.push([xOf(i), y(v)]);
       }
-      if (pts.length === 1) pts.push(pts[0]);
-      if (pts.length) g.appendChild(svg('polyline', { 'class': cls, points: pts.join(' ') }));
+      if (pts.length > 1) g.appendChild(svg('polyline', { 'class': cls, points: pts.join(' ') }));
+      // (The cost's markers are rings, larger, so that a token marker at the same place shows inside.)
+      var r = cls === 's-cost' ? 4 : 2.5;
+      if (marks.length <= 60) marks.forEach(function (p) { g.appendChild(svg('circle', { 'class': 'pt ' + cls, cx: p[0], cy: p[1], r: r })); });
     }
     if (anyUsage) {
       series('s-input', function (s) { return s.usage ? s.usage.input_tokens : null; }, yTok);
@@ -401,6 +418,15 @@
       clearTimeout(resizeTimer);
       resizeTimer = setTimeout(function () { renderTimeline(); renderChart(); }, 150);
     });
+    // The width can change without a resize of the window (a scrollbar appears once the transcript is drawn):
+    // the drawings follow their section's width.
+    if (window.ResizeObserver) {
+      var drawnAt = contentWidth(sections.chart);
+      new ResizeObserver(function () {
+        var now = contentWidth(sections.chart);
+        if (now !== drawnAt) { drawnAt = now; renderTimeline(); renderChart(); }
+      }).observe(sections.chart);
+    }
     // ?expand=all: every item rendered and every expander clicked open (what the browser tests check).
     if (params.get('expand') === 'all') {
       renderUpTo(data.items.length);
@@ -408,6 +434,8 @@
       for (var i = 0; i < sums.length; i++) sums[i].click();
       document.documentElement.setAttribute('data-clicked', String(sums.length));
     }
+    // ?check=layout: the page checks its own layout once drawn (what the browser tests read).
+    if (params.get('check') === 'layout') setTimeout(checkLayout, 1000);
     if (data.live) poll(function (fresh) {
       var grew = fresh.items.length > data.items.length;
       var seenAll = rendered >= data.items.length;
@@ -417,6 +445,28 @@
       renderChart();
       if (grew && seenAll) renderUpTo(rendered + CHUNK); else renderUpTo(rendered);
     });
+  }
+
+  // What sticks out: the page wider than its window (a horizontal scrollbar), or a bar, label, mark or marker of
+  // a timeline or the chart outside its box (at zoom 1). Recorded on the root element as data-layout: `ok` or
+  // the list of what sticks out.
+  function checkLayout() {
+    var out = [];
+    var doc = document.scrollingElement || document.documentElement;
+    if (doc.scrollWidth > doc.clientWidth) out.push('page ' + doc.scrollWidth + ' px wide in ' + doc.clientWidth);
+    var boxes = document.querySelectorAll('.scroller');
+    for (var i = 0; i < boxes.length; i++) {
+      var box = boxes[i].getBoundingClientRect();
+      var parts = boxes[i].querySelectorAll('rect.bar, text, line.mark, circle');
+      for (var k = 0; k < parts.length; k++) {
+        var r = parts[k].getBoundingClientRect();
+        if (r.right > box.right + 0.5 || r.left < box.left - 0.5) {
+          out.push((parts[k].getAttribute('class') || parts[k].tagName) + ' ' + JSON.stringify(parts[k].textContent.slice(0, 30)) +
+            ' at ' + Math.round(r.left) + '..' + Math.round(r.right) + ' outside ' + Math.round(box.left) + '..' + Math.round(box.right));
+        }
+      }
+    }
+    document.documentElement.setAttribute('data-layout', out.length ? out.join('; ') : 'ok');
   }
 
   // ---------------------------------------------------------------- live refresh (reins ui)

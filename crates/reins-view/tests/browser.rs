@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{HOSTILE, Proxy, file_url, run_chromium};
+use common::{HOSTILE, Proxy, file_url, run_chromium, run_chromium_with};
 use reins_store::Store;
 
 /// The DOM chromium dumps after the page's scripts ran (`?expand=all` clicks every expander open).
@@ -149,6 +149,52 @@ fn a_2000_step_session_renders_to_a_screenshot() {
     eprintln!("2000-step session: first view drawn {render_ms} ms after navigation began (chromium's own clock)");
     assert_eq!(dom.matches("class=\"bar model").count(), 2000);
     assert!(dom.contains("id=\"item-199\"") && !dom.contains("id=\"item-1000\""), "the transcript is drawn lazily");
+}
+
+/// The page's own check of its layout (`?check=layout`): `ok`, or what sticks out where.
+fn layout_of(dom: &str) -> &str {
+    dom.split("data-layout=\"").nth(1).and_then(|r| r.split('"').next()).unwrap_or("(not checked)")
+}
+
+#[test]
+fn the_page_fits_1000_and_1400_px_wide_with_scrollbars_and_a_single_step_is_drawn() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("s.db")).unwrap();
+    let shots = std::env::var_os("REINS_VIEW_SCREENSHOTS").map(std::path::PathBuf::from);
+    let sessions = [("recorded", common::recorded_session(&store)), ("one-step", common::one_step_session(&store))];
+    for (name, session) in &sessions {
+        let view = reins_view::build(session);
+        let page = dir.path().join(format!("{name}.html"));
+        std::fs::write(&page, reins_view::session_html(&view).unwrap()).unwrap();
+        for width in [1000, 1400] {
+            let size = format!("--window-size={width},900");
+            // Scrollbars shown, as in a person's browser: the transcript makes the page taller than the window.
+            let b = run_chromium_with(
+                &format!("{}?check=layout", file_url(&page)),
+                &[&size, "--virtual-time-budget=5000", "--dump-dom"],
+                None,
+                false,
+            );
+            assert!(b.stdout.contains("data-ready=\"1\""), "{name} at {width}: {}", b.stderr);
+            // Nothing wider than the window (no horizontal scrollbar), every bar, label and mark inside its box.
+            assert_eq!(layout_of(&b.stdout), "ok", "{name} at {width} px");
+            if *name == "one-step" {
+                // One step is a point of each series: drawn as a marker, not an invisible line.
+                for series in ["s-input", "s-output", "s-cost"] {
+                    assert!(b.stdout.contains(&format!("class=\"pt {series}\"")), "{name}: no marker of {series}");
+                }
+            }
+            if let Some(out) = &shots {
+                let shot = out.join(format!("{name}-{width}.png"));
+                run_chromium_with(
+                    &file_url(&page),
+                    &[&size, "--virtual-time-budget=5000", &format!("--screenshot={}", shot.display())],
+                    None,
+                    false,
+                );
+            }
+        }
+    }
 }
 
 #[test]

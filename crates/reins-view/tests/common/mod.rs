@@ -173,6 +173,24 @@ pub fn recorded_session(store: &Store) -> Session {
     store.load(&id).expect("load")
 }
 
+/// A session of one step: the model answers at once (usage reported, prices known).
+pub fn one_step_session(store: &Store) -> Session {
+    let meta = SessionMeta { model: Some("test:one".into()), prices: Some(prices()), ..SessionMeta::default() };
+    let rt = runtime();
+    let id = rt.block_on(async {
+        let answer = ModelResponse { text: "hello".into(), usage: usage(1200, 300, 0), ..ModelResponse::default() };
+        let agent = Agent::builder(ScriptedModel::new(vec![answer]))
+            .registry(registry())
+            .journal(store.journal(meta))
+            .build()
+            .expect("the agent builds");
+        let outcome = agent.run("say hello", CancellationToken::new()).await;
+        assert_eq!(outcome.status, reins::Status::Completed, "{:?}", outcome.error);
+        outcome.session_id.expect("recorded")
+    });
+    store.load(&id).expect("load")
+}
+
 /// A session of `steps` steps, each calling `echo` once (usage growing, some cache reads, prices known).
 pub fn long_session(store: &Store, steps: u64) -> Session {
     let mut responses: Vec<ModelResponse> = (1..steps)
@@ -281,6 +299,12 @@ impl Browser {
 /// Runs headless chromium on `url` with `args` (plus a private profile, no sandbox as root, no GPU, console
 /// logging, all traffic — loopback included — through `proxy` when given), killed after 120 s.
 pub fn run_chromium(url: &str, args: &[&str], proxy: Option<&Proxy>) -> Browser {
+    run_chromium_with(url, args, proxy, true)
+}
+
+/// [`run_chromium`], with scrollbars shown when `hide_scrollbars` is false (as a person's browser shows them:
+/// they take width from the page once it is taller than the window).
+pub fn run_chromium_with(url: &str, args: &[&str], proxy: Option<&Proxy>, hide_scrollbars: bool) -> Browser {
     let profile = Scratch::new();
     let mut cmd = Command::new(chromium());
     cmd.args([
@@ -292,8 +316,10 @@ pub fn run_chromium(url: &str, args: &[&str], proxy: Option<&Proxy>) -> Browser 
         "--disable-extensions",
         "--enable-logging=stderr",
         "--v=0",
-        "--hide-scrollbars",
     ]);
+    if hide_scrollbars {
+        cmd.arg("--hide-scrollbars");
+    }
     cmd.arg(format!("--user-data-dir={}", profile.path().display()));
     if let Some(p) = proxy {
         cmd.arg(format!("--proxy-server=http://{}", p.addr));

@@ -745,3 +745,34 @@ fn the_book_builds() {
         assert!(out_dir.0.join(chapter).is_file(), "the book has no {chapter}");
     }
 }
+
+/// The exit codes the book lists (the JSON contracts' table) are the ones `reins --help` prints: the same code for
+/// each status, no status left out on either side.
+#[test]
+fn the_exit_code_table_matches_the_command() {
+    let doc = std::fs::read_to_string(root().join("docs/src/contracts.md")).unwrap();
+    let documented: BTreeMap<u8, String> = doc
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let code = cells.get(1)?.parse::<u8>().ok()?;
+            let status = cells.get(2)?.strip_prefix('`')?.strip_suffix('`')?;
+            Some((code, status.to_owned()))
+        })
+        .collect();
+    let out = reins().arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let section = help.split("Exit codes:").nth(1).expect("`reins --help` lists the exit codes");
+    let printed: BTreeMap<u8, String> = section
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let code = words.next()?.parse::<u8>().ok()?;
+            let status = words.next()?;
+            // A run's status, as the outcome names it (not "internal error", "bad input", ...).
+            serde_json::from_value::<reins::Status>(serde_json::json!(status)).ok().map(|_| (code, status.to_owned()))
+        })
+        .collect();
+    assert!(documented.len() >= 12, "{documented:?}");
+    assert_eq!(documented, printed, "docs/src/contracts.md's exit codes and `reins --help`'s disagree");
+}

@@ -41,6 +41,20 @@ mod structured {
     }
 }
 
+mod approvals {
+    include!("../examples/approvals.rs");
+    pub fn run() -> Result<(), Box<dyn std::error::Error>> {
+        main()
+    }
+}
+
+mod subagents {
+    include!("../examples/subagents.rs");
+    pub fn run() -> Result<(), Box<dyn std::error::Error>> {
+        main()
+    }
+}
+
 /// Runs an example's `main` and gives what it printed.
 fn printed(run: fn() -> Result<(), Box<dyn std::error::Error>>) -> String {
     OUT.with(|out| out.borrow_mut().clear());
@@ -63,4 +77,22 @@ fn core_runs_a_tool_and_refuses_an_unknown_one() {
 #[test]
 fn structured_gets_a_valid_answer_after_a_refused_one() {
     assert_eq!(printed(structured::run), "Paris is the capital of France (2100000 people); 2 steps, completed\n");
+}
+
+#[test]
+fn approvals_runs_the_approved_call_and_not_the_denied_one() {
+    assert_eq!(
+        printed(approvals::run),
+        "1: deleted \"tmp/cache.bin\"\n2: denied by the approver: only files in tmp/ may go\n\
+         completed: Deleted tmp/cache.bin; src/main.rs was not mine to delete.\n"
+    );
+}
+
+#[test]
+fn subagents_answers_through_the_sub_agent_and_rolls_up_its_spend() {
+    assert_eq!(
+        printed(subagents::run),
+        "completed: The parser (src/parse.rs) has no tests: I would start there.\n\
+         reader: 1 run(s), 1 step(s)\ntokens in all: 497\n"
+    );
 }

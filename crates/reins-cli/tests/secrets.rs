@@ -230,9 +230,20 @@ fn the_store_its_directory_and_the_outcome_file_are_private_under_umask_022() {
     assert_eq!(mode(&data.join("reins")), 0o700);
     assert_eq!(mode(&store), 0o600);
 
-    // A store an older Reins left readable by others is made private when opened.
+    // A store an older Reins left readable by others, in its own directory at the default location, is made
+    // private when opened.
     std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let out = reins().args(["sessions", "list", "--store"]).arg(&store).output().unwrap();
+    std::fs::set_permissions(data.join("reins"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out =
+        reins().args(["sessions", "list"]).env_remove("REINS_STORE").env("XDG_DATA_HOME", &data).output().unwrap();
     assert!(out.status.success(), "{:?}", text(&out));
     assert_eq!(mode(&store), 0o600);
+    assert_eq!(mode(&data.join("reins")), 0o700);
+    // A directory the user named for the store is left as it is.
+    let named = dir.0.join("named");
+    std::fs::create_dir(&named).unwrap();
+    std::fs::set_permissions(&named, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = reins().args(["sessions", "list", "--store"]).arg(named.join("s.db")).output().unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+    assert_eq!((mode(&named), mode(&named.join("s.db"))), (0o755, 0o600));
 }

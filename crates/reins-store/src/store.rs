@@ -357,6 +357,16 @@ impl Store {
         let path = path.to_path_buf();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             private_dir(dir).map_err(|source| StoreError::Directory { path: dir.to_path_buf(), source })?;
+            // Reins' own directory at the default location (`…/reins`), which an older Reins made readable by
+            // others, is made its user's alone; a directory the user named is left as it is.
+            if default_path().is_ok_and(|d| d == path) {
+                use std::os::unix::fs::PermissionsExt as _;
+                if let Ok(meta) = std::fs::symlink_metadata(dir) {
+                    if meta.is_dir() && meta.permissions().mode() & 0o077 != 0 {
+                        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+                    }
+                }
+            }
         }
         if path.is_dir() {
             return Err(StoreError::IsDirectory { path });

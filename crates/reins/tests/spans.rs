@@ -411,3 +411,25 @@ fn a_sub_agent_carries_content_in_its_spans_when_its_parent_does() {
         assert_eq!(helper_chat.1.get("gen_ai.input.messages").is_some_and(|m| m.contains("help")), content);
     }
 }
+
+#[test]
+fn a_key_a_server_echoed_in_its_error_is_masked_in_the_spans_and_the_outcome() {
+    const KEY: &str = "sk-span-secret-1234567";
+    let model = scripted(vec![reins::ScriptStep::Fail(reins::ModelError::Rejected {
+        status: 400,
+        message: format!("invalid request: you sent Bearer {KEY}"),
+    })]);
+    let masked = reins::MaskedModel::wrap(model, reins::Secrets::new([KEY]));
+    let agent = Agent::builder_shared(masked).name("tester").build().unwrap();
+    let (outcome, capture) = traced(agent.run("go", CancellationToken::new()));
+    is_status(&outcome, Status::ModelError);
+    let error = outcome.error.as_deref().unwrap();
+    assert!(error.contains("you sent Bearer <redacted>") && !error.contains(KEY), "{error}");
+    let chat = &capture.named("chat")[0].1;
+    assert!(chat.get("otel.status_description").is_some_and(|d| d.contains("Bearer <redacted>")), "{chat:?}");
+    for (_, s) in capture.all() {
+        for (k, v) in &s.fields {
+            assert!(!v.contains(KEY), "{} has {k} = {v}", s.name);
+        }
+    }
+}

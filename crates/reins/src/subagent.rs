@@ -88,10 +88,13 @@ pub(crate) struct Left {
 
 #[derive(Default)]
 struct Ledger {
-    /// What the run had left when the batch began.
-    start: Left,
-    /// That, less what the batch's sub-agents spent since.
+    /// What the run had left when the batch began, less what the batch's sub-agents spent since.
     left: Left,
+    /// For each group of concurrent sub-agent calls that began: what was left when its first call began (the
+    /// group splits that).
+    groups: BTreeMap<usize, Left>,
+    /// How many sub-agent runs of the batch are under way.
+    running: usize,
     spent: BTreeMap<String, AgentTotals>,
     /// The sub-agent runs of the batch that ended waiting for decisions (the batch then waits too).
     waits: Vec<AgentWait>,
@@ -113,10 +116,32 @@ pub(crate) struct RunScope {
     /// Sub-agent runs that waited for decisions in this batch before, decided now: each is continued by the
     /// call that started it.
     resumes: Vec<AgentWait>,
-    /// For each sub-agent call of the batch, how many sub-agent calls run concurrently with it (itself
-    /// included).
-    shares: Vec<(String, u64)>,
+    /// For each sub-agent call of the batch: its group of concurrent sub-agent calls, its place in it and
+    /// how many calls the group holds (a call that runs alone is a group of one).
+    shares: Vec<Share>,
     ledger: Mutex<Ledger>,
+    /// Told when a sub-agent run of the batch ends (a call left with no share waits for its group).
+    ended: tokio::sync::Notify,
+}
+
+/// Where a sub-agent call stands among the batch's concurrent sub-agent calls.
+struct Share {
+    call_id: String,
+    group: usize,
+    place: u64,
+    of: u64,
+}
+
+/// A sub-agent run under way: counted while it lives, its end told to the calls that wait for it.
+struct Running(Arc<RunScope>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut l = self.0.ledger();
+        l.running = l.running.saturating_sub(1);
+        drop(l);
+        self.0.ended.notify_waiters();
+    }
 }
 
 /// A sub-agent run's tie to the run that started it.
@@ -208,8 +233,13 @@ impl RunScope {
             }
             let agents: Vec<&str> =
                 batch[i..j].iter().filter(|p| tool(p).is_some_and(|t| t.sub_agent())).map(|p| &*p.call.id).collect();
-            let n = agents.len() as u64;
-            shares.extend(agents.into_iter().map(|id| (id.to_owned(), n)));
+            let of = agents.len() as u64;
+            shares.extend(agents.into_iter().enumerate().map(|(place, id)| Share {
+                call_id: id.to_owned(),
+                group: i,
+                place: place as u64,
+                of,
+            }));
             i = j;
         }
         RunScope {
@@ -223,7 +253,8 @@ impl RunScope {
             rules,
             resumes: Vec::new(),
             shares,
-            ledger: Mutex::new(Ledger { start: left, left, spent: BTreeMap::new(), waits: Vec::new() }),
+            ledger: Mutex::new(Ledger { left, ..Ledger::default() }),
+            ended: tokio::sync::Notify::new(),
         }
     }
 
@@ -264,40 +295,74 @@ impl RunScope {
     }
 
     /// The limits of a sub-agent run started by the call `call_id`: the smaller of `own` and the parent's
-    /// share left. An error when nothing is left of a limit the parent has.
-    fn carve(&self, own: &Limits, call_id: &str) -> Result<Limits, String> {
-        let share = self.shares.iter().find(|(id, _)| id == call_id).map_or(1, |(_, n)| (*n).max(1));
-        // Concurrent calls each get an equal share of what was left when the batch began (whichever of them
-        // starts first); a call after others gets what they left.
-        let (start, left) = {
-            let l = self.ledger();
-            (l.start, l.left)
-        };
-        let split = |start: Option<u64>, left: Option<u64>| match (start, left) {
-            (Some(s), Some(l)) => Some(l.min(s / share)),
-            (s, l) => l.or(s),
-        };
-        let left = Left {
-            steps: split(start.steps, left.steps),
-            tool_calls: split(start.tool_calls, left.tool_calls),
-            input: split(start.input, left.input),
-            output: split(start.output, left.output),
-            total: split(start.total, left.total),
-            cost: match (start.cost, left.cost) {
-                (Some(s), Some(l)) => Some(l.min(s / share as f64)),
-                (s, l) => l.or(s),
-            },
-        };
+    /// share left, and the run counted as under way until the returned guard drops. A call that runs alone
+    /// takes what is left; calls that run together split what was left when the first of them began, the
+    /// remainder going to the first ones, each never more than is left. A call whose share of something left
+    /// is nothing waits for the others of its group to end, then takes what they left: a call is refused only
+    /// when nothing is left of a limit the parent has.
+    async fn carve(self: &Arc<Self>, own: &Limits, call_id: &str) -> Result<(Limits, Running), String> {
+        let share = self.shares.iter().find(|s| s.call_id == call_id);
+        let (group, place, of) = share.map_or((usize::MAX, 0, 1), |s| (s.group, s.place, s.of.max(1)));
+        loop {
+            // Registered before the ledger is read, so an end between the read and the wait is not missed.
+            let mut ended = std::pin::pin!(self.ended.notified());
+            ended.as_mut().enable();
+            let carved = {
+                let mut ledger = self.ledger();
+                let left = ledger.left;
+                let alone = of == 1 || ledger.running == 0 && ledger.groups.contains_key(&group);
+                let base = if alone { left } else { *ledger.groups.entry(group).or_insert(left) };
+                let part = |base: Option<u64>, left: Option<u64>| match (base, left) {
+                    (Some(b), Some(l)) if !alone => Some(l.min(b / of + u64::from(place < b % of))),
+                    (_, l) => l,
+                };
+                let mine = Left {
+                    steps: part(base.steps, left.steps),
+                    tool_calls: part(base.tool_calls, left.tool_calls),
+                    input: part(base.input, left.input),
+                    output: part(base.output, left.output),
+                    total: part(base.total, left.total),
+                    cost: match (base.cost, left.cost) {
+                        (Some(b), Some(l)) if !alone => Some(l.min(b / of as f64)),
+                        (_, l) => l,
+                    },
+                };
+                // Something is left but this call's share of it is nothing: it waits for the group's runs under
+                // way to end, then takes what they left (with none under way, it takes what is left now).
+                let starved = |m: Option<u64>, l: Option<u64>| m == Some(0) && l.is_some_and(|l| l > 0);
+                let starved = starved(mine.steps, left.steps)
+                    || starved(mine.tool_calls, left.tool_calls)
+                    || starved(mine.input, left.input)
+                    || starved(mine.output, left.output)
+                    || starved(mine.total, left.total);
+                if starved && ledger.running > 0 {
+                    None
+                } else {
+                    let limits = Self::limits(own, if starved { left } else { mine }, self.deadline);
+                    if limits.is_ok() {
+                        ledger.running += 1;
+                    }
+                    Some(limits)
+                }
+            };
+            match carved {
+                None => ended.await,
+                Some(limits) => return limits.map(|l| (l, Running(Arc::clone(self)))),
+            }
+        }
+    }
+
+    /// `own` limits bounded by `left` (and the parent's deadline). An error when nothing is left of a limit
+    /// the parent has.
+    fn limits(own: &Limits, left: Left, deadline: Option<Instant>) -> Result<Limits, String> {
         let min = |own: Option<u64>, left: Option<u64>| match (own, left) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let shared =
-            if share > 1 { format!(" (shared by {share} sub-agents running together)") } else { String::new() };
         let mut limits = own.clone();
         limits.max_steps = min(own.max_steps, left.steps);
         if limits.max_steps == Some(0) {
-            return Err(format!("the parent run has no model responses left for it{shared} (max_steps)"));
+            return Err("the parent run has no model responses left for it (max_steps)".into());
         }
         limits.max_tool_calls = min(own.max_tool_calls, left.tool_calls);
         for (name, own, left, set) in [
@@ -307,7 +372,7 @@ impl RunScope {
         ] {
             let v = min(own, left);
             if v == Some(0) {
-                return Err(format!("the parent run has no tokens left for it{shared} ({name})"));
+                return Err(format!("the parent run has no tokens left for it ({name})"));
             }
             match set {
                 0 => limits.max_input_tokens = v,
@@ -317,11 +382,11 @@ impl RunScope {
         }
         if let Some(left) = left.cost {
             if left <= 0.0 {
-                return Err(format!("the parent run has no cost left for it{shared} (max_cost_usd)"));
+                return Err("the parent run has no cost left for it (max_cost_usd)".into());
             }
             limits.max_cost_usd = Some(own.max_cost_usd.map_or(left, |c| c.min(left)));
         }
-        if let Some(deadline) = self.deadline {
+        if let Some(deadline) = deadline {
             let rest = deadline.saturating_duration_since(Instant::now());
             if rest < crate::limits::MIN_DURATION {
                 return Err("the parent run's deadline has passed".into());
@@ -475,11 +540,20 @@ impl Tool for AgentTool {
         let scope = SCOPE.try_with(Arc::clone).ok();
         let resume = scope.as_ref().and_then(|s| s.resumes.iter().find(|w| w.call_id == ctx.call_id)).cloned();
         let own = self.agent.limits();
-        let limits = match &scope {
-            Some(scope) => scope
-                .carve(own, &ctx.call_id)
-                .map_err(|why| ToolError::failed(format!("sub-agent {:?} was not started: {why}", &*self.name)))?,
-            None => own.clone(),
+        let (limits, _running) = match &scope {
+            Some(scope) => {
+                let carved = scope.carve(own, &ctx.call_id);
+                // Waiting for a share hears the call's cancellation (the parent's, its deadline, the tool timeout).
+                let carved = tokio::select! {
+                    biased;
+                    () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
+                    c = carved => c,
+                };
+                let (limits, running) = carved
+                    .map_err(|why| ToolError::failed(format!("sub-agent {:?} was not started: {why}", &*self.name)))?;
+                (limits, Some(running))
+            }
+            None => (own.clone(), None),
         };
         let context = self.agent.context();
         let run_id = uuid::Uuid::new_v4().to_string();

@@ -390,8 +390,9 @@ async fn concurrent_sub_agents_together_get_no_more_than_the_parent_has_left() {
     );
     let o = run(&agent).await;
     is_status(&o, Status::Completed);
-    // 7 left after the parent's first response and its answer, split in two: 3 each, never 7 each.
-    assert_eq!(o.agents["a"].steps, 3);
+    // 7 left after the parent's first response and its answer, split in two with the remainder to the first:
+    // 4 and 3, never 7 each.
+    assert_eq!(o.agents["a"].steps, 4);
     assert_eq!(o.agents["b"].steps, 3);
     assert!(o.steps + o.agents.values().map(|t| t.steps).sum::<u64>() <= 9);
     for id in ["1", "2"] {
@@ -510,4 +511,60 @@ async fn a_sub_agent_gets_no_more_money_than_the_parent_has_left() {
     let cost = o.cost_usd.expect("cost");
     assert!((cost - 1.1).abs() < 1e-9, "{cost}");
     assert_coherent(&o);
+}
+
+#[tokio::test]
+async fn one_step_left_for_two_sub_agents_together_goes_to_one_and_what_it_leaves_to_the_other() {
+    // Before, one response left split in two gave each nothing: both were refused "not started". Now the
+    // first takes it; the second waits for it and takes what it left (its model failed: it spent nothing).
+    let runs = Runs::default();
+    let events = Events::default();
+    let a = reader(
+        "a",
+        vec![ScriptStep::Delay(
+            Duration::from_millis(20),
+            Box::new(ScriptStep::Fail(ModelError::Failed("down".into()))),
+        )],
+        &runs,
+    );
+    let b = reader("b", vec![ScriptStep::Respond(answer("from b"))], &runs);
+    let agent = parent(
+        vec![calls(vec![task("1", "a", "x"), task("2", "b", "y")]), answer("done")],
+        vec![a, b],
+        // The parent's first response and its answer: one left for the sub-agents.
+        Limits { max_steps: Some(3), ..Limits::default() },
+        &events,
+    );
+    let o = run(&agent).await;
+    is_status(&o, Status::Completed);
+    let r = result_of(&o, "1");
+    assert!(r.is_error && r.content.contains("ended model_error"), "{}", r.content);
+    assert_eq!(result_of(&o, "2").content, "from b", "the step the first left went to the second");
+    assert_eq!(o.agents["b"].steps, 1);
+    // Both runs began, the second after the first ended.
+    let s = spans(&events.all());
+    assert_eq!(s.len(), 2, "{s:?}");
+}
+
+#[tokio::test]
+async fn sub_agents_together_split_what_is_left_with_the_remainder_to_the_first() {
+    // Three responses left for two: the first gets 2 (enough for its call and its answer), the second 1.
+    let runs = Runs::default();
+    let events = Events::default();
+    let two_steps = |p: &str| vec![calls(vec![echo_call(&format!("{p}1"), "look")]), answer(&format!("from {p}"))];
+    let a = reader("a", two_steps("a"), &runs);
+    let b = reader("b", two_steps("b"), &runs);
+    let agent = parent(
+        vec![calls(vec![task("1", "a", "x"), task("2", "b", "y")]), answer("done")],
+        vec![a, b],
+        Limits { max_steps: Some(5), ..Limits::default() },
+        &events,
+    );
+    let o = run(&agent).await;
+    is_status(&o, Status::Completed);
+    assert_eq!(result_of(&o, "1").content, "from a");
+    let r = result_of(&o, "2");
+    assert!(r.is_error && r.content.contains("ended step_limit"), "{}", r.content);
+    assert_eq!((o.agents["a"].steps, o.agents["b"].steps), (2, 1));
+    assert!(o.steps + o.agents.values().map(|t| t.steps).sum::<u64>() <= 5);
 }

@@ -478,3 +478,57 @@ fn a_worker_given_otlp_exports_the_spans_of_its_turns_and_flushes_them_on_sigter
     assert_eq!(children("execute_tool"), o.tool_calls as usize, "{spans:#?}");
     assert!(!log.contains("cannot send traces"), "{log}");
 }
+
+/// The live (not zombie) processes whose command line holds the argument `arg`.
+fn processes_with(arg: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        let zombie = stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+        if !zombie && cmdline.split(|b| *b == 0).any(|a| a == arg.as_bytes()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// `kill -9` of a worker while its preset command runs — a shell with a background child, `sh -c 'sleep ARG &
+/// sleep ARG'`: the shell and both sleeps die with the worker (polled up to 30 s). Before, the whole group lived on,
+/// writing to the workspace while the retried call ran again under the same idempotency key.
+#[test]
+fn a_worker_killed_with_9_takes_its_commands_with_it() {
+    let s = Setup::new("kill9cmd", 1);
+    let arg = format!("120.{}7", std::process::id());
+    let pid_file = s.dir.path("slow.pid");
+    // The `slow` preset becomes a shell that writes its pid and waits for a background sleep.
+    let text = std::fs::read_to_string(&s.agent).unwrap();
+    let at = text.find("[[presets]]\nname = \"slow\"").unwrap();
+    let text = format!(
+        "{}[[presets]]\nname = \"slow\"\nprogram = \"sh\"\nargs = [\"-c\", \"echo $$ > {}; sleep {arg} & sleep {arg}\", \
+         \"slow\"]\narg_schema = {{ type = \"array\", items = {{ type = \"string\" }}, maxItems = 1 }}\n",
+        &text[..at],
+        pid_file.display()
+    );
+    std::fs::write(&s.agent, text).unwrap();
+    let mut w = s.worker(0);
+    s.register();
+    let _ = submit(&s.restate, "tools 1 1 slow");
+    let t0 = std::time::Instant::now();
+    while processes_with(&arg).len() < 2 || !pid_file.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the command never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let shell: u32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    w.kill9();
+    let t0 = std::time::Instant::now();
+    let shell_alive = || {
+        std::fs::read_to_string(format!("/proc/{shell}/stat"))
+            .is_ok_and(|st| st.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
+    };
+    while !processes_with(&arg).is_empty() || shell_alive() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the command outlived the worker: {:?}", processes_with(&arg));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

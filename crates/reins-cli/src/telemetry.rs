@@ -15,7 +15,7 @@ use std::time::Duration;
 use clap::Args;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::{Array, KeyValue, StringValue, Value};
-use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
 use reins_cli::otel_env::{Protocol, parse_url, resolve};
@@ -126,6 +126,34 @@ fn resource() -> opentelemetry_sdk::Resource {
     builder.build()
 }
 
+/// The OTLP/HTTP exporter's client: the library's own (a blocking reqwest client with the exporter's timeout,
+/// `OTEL_EXPORTER_OTLP_TRACES_TIMEOUT` / `OTEL_EXPORTER_OTLP_TIMEOUT` in milliseconds, else 10 s), except that it
+/// follows no redirect: one would carry the spans and the `OTEL_EXPORTER_OTLP_HEADERS` (tokens; reqwest keeps all but
+/// `Authorization` across hosts) to wherever the collector's `Location` names. A redirect is said in the warning,
+/// naming where it pointed. Built on a thread of its own, as the library does (a blocking client has a runtime).
+fn http_client(warning: Arc<Warning>) -> Result<reqwest::blocking::Client, String> {
+    let timeout = ["OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"]
+        .into_iter()
+        .find_map(|name| env(name).and_then(|v| v.parse::<u64>().ok()))
+        .map_or(Duration::from_secs(10), Duration::from_millis);
+    let policy = reqwest::redirect::Policy::custom(move |attempt| {
+        let location: String = attempt.url().as_str().chars().take(200).collect();
+        warning.say(&format!(
+            "the collector redirects to {location:?} (HTTP {}); Reins follows no redirect, which would send the spans \
+             and the OTLP headers there: give the collector's own URL",
+            attempt.status().as_u16()
+        ));
+        attempt.stop()
+    });
+    std::thread::Builder::new()
+        .name("otlp-client".into())
+        .spawn(move || reqwest::blocking::Client::builder().timeout(timeout).redirect(policy).build())
+        .map_err(|e| format!("cannot start the HTTP client: {e}"))?
+        .join()
+        .map_err(|_| "the HTTP client could not be built".to_owned())?
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
+
 /// Starts exporting spans when `--otlp` or the environment asks for it (once per process; later calls do
 /// nothing). A bad variable or an exporter that cannot be built costs a warning and no export; an unreachable
 /// collector is only found out when spans are sent (a warning then). Call it inside the Tokio runtime (gRPC).
@@ -150,11 +178,18 @@ pub fn start(flags: &OtlpFlags) -> Result<bool, CliError> {
     // The HTTP client's TLS (an https:// collector) uses the process's crypto provider, as the providers' does.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let built = match target.protocol {
-        Protocol::HttpProtobuf => opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-            .with_endpoint(&target.endpoint)
-            .build(),
+        Protocol::HttpProtobuf => match http_client(Arc::clone(&warning)) {
+            Ok(client) => opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_http_client(client)
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                .with_endpoint(&target.endpoint)
+                .build(),
+            Err(e) => {
+                warning.say(&e);
+                return Ok(false);
+            }
+        },
         Protocol::Grpc => {
             opentelemetry_otlp::SpanExporter::builder().with_tonic().with_endpoint(&target.endpoint).build()
         }

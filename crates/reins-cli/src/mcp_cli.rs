@@ -158,7 +158,8 @@ fn describe(transport: &Transport) -> String {
             let line = std::iter::once(command.as_str()).chain(args.iter().map(String::as_str));
             format!("stdio: {}", shlex::try_join(line).unwrap_or_else(|_| command.clone()))
         }
-        Transport::Http { url, .. } => format!("http: {url}"),
+        // Credentials in the URL are a secret: shown masked.
+        Transport::Http { url, .. } => format!("http: {}", reins::secrets::redact_url(url)),
     }
 }
 

@@ -141,7 +141,7 @@ fn config_show_masks_url_credentials_extra_body_values_and_every_mcp_env_value()
         "agent.toml",
         &format!(
             "model = \"openai-chat:m\"\n[provider]\nbase_url = \"http://gw-user:{USERINFO}@127.0.0.1:9/v1\"\nextra_body = {{ gateway_token = \"{HEADER}\" }}\n\
-             [mcp.tool]\ncommand = \"sh\"\nenv = {{ PLAIN_NAME = \"{KEY}\" }}\n\
+             [mcp.tool]\ncommand = \"true\"\nenv = {{ PLAIN_NAME = \"{KEY}\" }}\n\
              [mcp.web]\nurl = \"http://u:{USERINFO}@127.0.0.1:9/mcp\"\n"
         ),
     );
@@ -157,6 +157,18 @@ fn config_show_masks_url_credentials_extra_body_values_and_every_mcp_env_value()
         assert_clean("config show", &stdout);
         assert!(stdout.contains("<redacted>@127.0.0.1:9/v1") && stdout.contains("gateway_token"), "{stdout}");
         assert!(stdout.contains("PLAIN_NAME"), "the variable is named, its value masked: {stdout}");
+    }
+    // `reins mcp list` names each server (the URL's credentials masked) and why it did not start.
+    for json in [false, true] {
+        let mut cmd = reins();
+        cmd.args(["mcp", "list", "--agent"]).arg(&agent);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().unwrap();
+        let (stdout, stderr) = text(&out);
+        assert_clean("mcp list", &format!("{stdout}{stderr}"));
+        assert!(stdout.contains("<redacted>@127.0.0.1:9/mcp"), "{stdout}{stderr}");
     }
 }
 

@@ -188,7 +188,8 @@ fn check_transport(name: &str, transport: &Transport) -> Result<(), ConfigError>
             match rest {
                 Some(r) if !r.is_empty() && !r.starts_with('/') && !url.chars().any(char::is_whitespace) => Ok(()),
                 _ => Err(ConfigError(format!(
-                    "MCP server {name:?}: {url:?} is not an http:// or https:// URL with a host"
+                    "MCP server {name:?}: {:?} is not an http:// or https:// URL with a host",
+                    reins::secrets::redact_url(url)
                 ))),
             }
         }

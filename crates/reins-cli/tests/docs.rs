@@ -187,6 +187,12 @@ fn the_example_files_load() {
         match path.extension().and_then(|e| e.to_str()) {
             Some("toml") => {
                 reins_agent::AgentDef::from_toml(&text, &dir).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                // The docs show the agent files they run, as they are.
+                assert!(
+                    all_blocks().iter().any(|b| b.lang == "toml" && b.body == text),
+                    "{} is shown in no toml block of the docs (show it as it is)",
+                    path.display()
+                );
             }
             Some("json") => {
                 reins::parse_script(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

@@ -277,10 +277,15 @@ impl Approver for TerminalApprover {
                 reins::Plan::Ask { reason } => reason.as_str(),
                 _ => "",
             };
-            errln!("? {} {} {}", call.call_id, call.name, crate::render::preview(&call.arguments.to_string()));
+            // A sub-agent's call is named with its sub-agent; it can be approved or denied, not edited (its tools
+            // are not the parent's).
+            let of = call.sub_agent.as_ref().map(|s| format!("[{}] ", s.agent)).unwrap_or_default();
+            let preview = crate::render::preview(&call.arguments.to_string());
+            errln!("? {of}{} {} {preview}", call.call_id, call.name);
             errln!("  {reason}");
             loop {
-                let prompt = format!("  [y]es / [n]o REASON / [a]lways for {} / [e]dit > ", call.name);
+                let edit = if call.sub_agent.is_some() { "" } else { " / [e]dit" };
+                let prompt = format!("  [y]es / [n]o REASON / [a]lways for {}{edit} > ", call.name);
                 let Some(line) = self.answers.line(&prompt).await else { return Ok(out) };
                 let (word, rest) = line.split_once(char::is_whitespace).unwrap_or((line.as_str(), ""));
                 match word {
@@ -305,6 +310,9 @@ impl Approver for TerminalApprover {
                         }
                         out.push(ApprovalDecision::deny(call, reason));
                         break;
+                    }
+                    "e" | "edit" if call.sub_agent.is_some() => {
+                        errln!("  a sub-agent's call cannot be edited: answer y, n REASON or a")
                     }
                     "e" | "edit" => {
                         let Some(json) = self.answers.line("  new arguments (one line of JSON) > ").await else {

@@ -294,7 +294,8 @@ pub async fn run_with(args: RunArgs, given: Option<crate::approve_cli::Given>) -
         crate::providers_cli::print_cost(&outcome);
         if outcome.status == reins::Status::AwaitingApproval {
             for p in outcome.pending.iter().filter(|p| p.needs_decision()) {
-                errln!("  waiting: {} {} {}", p.call_id, p.name, render::preview(&p.arguments.to_string()));
+                let of = p.sub_agent.as_ref().map(|s| format!("[{}] ", s.agent)).unwrap_or_default();
+                errln!("  waiting: {of}{} {} {}", p.call_id, p.name, render::preview(&p.arguments.to_string()));
             }
             match &outcome.session_id {
                 Some(id) => errln!(

@@ -259,3 +259,33 @@ timeout = "60s""#;
     assert!(is_error && content.starts_with("interrupted"), "{content}");
     assert_eq!(runs(), 1, "no call ran twice");
 }
+
+#[test]
+fn reins_chat_asks_about_a_sub_agents_write_inline_by_its_default() {
+    use rexpect::process::wait::WaitStatus;
+    let (dir, agent) = setup("subpolicy-chat", "");
+    let mut c = reins();
+    c.args(["chat", "--agent"])
+        .arg(&agent)
+        .arg("--store")
+        .arg(dir.store())
+        .env("TERM", "xterm")
+        .env("XDG_STATE_HOME", dir.0.join("state"))
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY");
+    let options = rexpect::reader::Options::new().timeout_ms(Some(60_000)).strip_ansi_escape_codes(true);
+    let mut p = rexpect::session::spawn_with_options(c, options).unwrap();
+    p.exp_string("/help").unwrap();
+    p.send_line("write it").unwrap();
+    // The sub-agent's call is asked about (chat's default `approve = "writes"`), named with its sub-agent.
+    p.exp_string("[writer] w1 write_file").unwrap();
+    p.exp_string("[a]lways for write_file >").unwrap();
+    assert_eq!(written(&dir), None, "nothing is written before the answer");
+    p.send_line("y").unwrap();
+    p.exp_string("done").unwrap();
+    p.exp_string("> ").unwrap();
+    p.send_line("/exit").unwrap();
+    p.exp_eof().unwrap();
+    assert!(matches!(p.process().wait().unwrap(), WaitStatus::Exited(_, 0)));
+    assert_eq!(written(&dir).as_deref(), Some("hi"), "the approved call ran once");
+}

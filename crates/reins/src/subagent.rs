@@ -5,9 +5,17 @@
 //!
 //! - **Budget.** Its limits are the smaller of its own and what the parent has left: model responses (less
 //!   one, kept for the parent's answer), tool calls, input/output/total tokens, and the parent's deadline.
-//!   Sub-agent calls that run concurrently in one batch (all their tools parallel-safe) split what is left
-//!   equally, so together they cannot spend more than the parent has. A call made when nothing is left is an
-//!   error result and starts no run.
+//!   Sub-agent calls that run concurrently in one batch (all their tools parallel-safe) split what was left
+//!   when the first of them began, the remainder to the first calls, so together they cannot spend more than
+//!   the parent has; one whose share is nothing while something is left waits for the others and takes what
+//!   they left. Calls that run one after the other take what is left in turn. A call made when nothing is
+//!   left is an error result and starts no run.
+//! - **Rules.** Every policy holds at every depth: its calls meet its own policy and hooks and those of every
+//!   ancestor (the strictest decision wins; the ancestors' `pre_tool` and `post_tool` hooks run after its
+//!   own). A question its own approver does not answer stops the parent's batch (the calls that ran keep
+//!   their results; those after it wait) and becomes the parent's: its approver decides, or the parent ends
+//!   `awaiting_approval` with the sub-agent's calls in its pending batch; once decided, the parent's call
+//!   continues the sub-agent's run where it stopped.
 //! - **Roll-up.** What it spends — counted from its events as they happen, so a run cut short by a timeout
 //!   or a cancellation is counted too — is added to the parent after the batch: its usage into the parent's
 //!   usage (token limits apply to the sum), its steps and tool calls into what the parent's limits count,

@@ -59,8 +59,12 @@ fn simple() -> ModelRequest {
     }
 }
 
+/// One call. Every server here ends its script within minutes; a call that outlives two of them was not ended by
+/// what is under test (a guard, not a timing assertion).
 async fn call(p: &Provider) -> Result<ModelResponse, ModelError> {
-    p.generate(&simple(), &CancellationToken::new()).await
+    tokio::time::timeout(Duration::from_secs(120), p.generate(&simple(), &CancellationToken::new()))
+        .await
+        .expect("the call ended long before the server's script")
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -194,11 +194,14 @@ impl AgentDef {
                 let text = read_bounded(Path::new(file), MAX_SCRIPT_BYTES)
                     .map_err(|e| invalid(format!("cannot read script file {file:?}: {e}")))?;
                 let steps = reins::parse_script(&text).map_err(|e| invalid(format!("script file {file:?}: {e}")))?;
+                // A script file continues where the conversation it is asked to continue is (a resumed
+                // session, an approval, a durable turn after a restart, a chat turn).
+                let script = ScriptedModel::new(steps).following_transcript();
                 let Some(price) = p.price.map(|d| d.to_price()) else {
-                    return Ok((Arc::new(ScriptedModel::new(steps)), None));
+                    return Ok((Arc::new(script), None));
                 };
                 let pricing = Pricing { model: spec.as_str().to_owned(), price: Some(price) };
-                return Ok((Arc::new(ScriptedModel::new(steps).with_price(price)), Some(pricing)));
+                return Ok((Arc::new(script.with_price(price)), Some(pricing)));
             }
             (ModelKind::Provider(api), name) => (api, name.to_owned()),
         };

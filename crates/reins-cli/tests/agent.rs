@@ -196,7 +196,10 @@ fn a_session_resumed_with_no_flags_rebuilds_the_same_agent() {
         &json!([
             {"tool_calls": [{"id": "1", "name": "run_command", "arguments": {"command": "hi"}},
                             {"id": "2", "name": "echo", "arguments": {"text": "x"}}]},
-            {"content": "done"}
+            {"content": "done"},
+            // The resumed runs continue the script where the session is.
+            {"content": "done again"},
+            {"content": "done once more"}
         ])
         .to_string(),
     );

@@ -458,3 +458,62 @@ fn a_session_with_an_edited_call_replays_identically_with_the_recorded_results()
     let out = replay(&dir, &id, true);
     assert_eq!(out.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
 }
+
+/// Issue 22, item 13: the approval flow of the docs with one script file throughout. The run waits (exit 14);
+/// `reins approve ID --all` (the session's recorded model: the same script) runs the call and goes on with the
+/// script's second turn — it used to start the script over, ask about c1 again and wait at exit 14 forever.
+/// `reins run --resume ID` then continues with the third turn.
+#[test]
+fn a_script_continues_across_approve_and_resume_at_the_turns_recorded() {
+    let (dir, ws) = setup("approve-script-position");
+    let script = dir.file(
+        "flow.json",
+        &json!([
+            {"content": "", "tool_calls": [{"id": "c1", "name": "run_command", "arguments": {"command": "bump"}}]},
+            {"content": "bumped"},
+            {"content": "and again"}
+        ])
+        .to_string(),
+    );
+    let out_file = dir.0.join("flow-outcome.json");
+    let cmd = |args: &[&str]| {
+        let _ = std::fs::remove_file(&out_file);
+        let out = reins().args(args).arg("--store").arg(dir.store()).arg("--output").arg(&out_file).output().unwrap();
+        (out, outcome(&out_file))
+    };
+    let model = format!("script:{}", script.display());
+    let ws_arg = ws.display().to_string();
+    let (out, o) = cmd(&[
+        "run",
+        "--model",
+        &model,
+        "--workspace",
+        &ws_arg,
+        "--preset",
+        "bump=sh -c 'echo x >> runs.log'",
+        "--no-sandbox",
+        "--approve",
+        "writes",
+        "go",
+    ]);
+    assert_eq!(out.status.code(), Some(14), "{}", stderr(&out));
+    let id = o["session_id"].as_str().unwrap().to_owned();
+
+    let (out, o) = cmd(&["approve", &id, "--all"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!((o["status"].as_str(), o["answer"].as_str()), (Some("completed"), Some("bumped")), "{o}");
+    assert_eq!(runs(&ws), 1, "the approved call ran once");
+    let ids: Vec<&str> = o["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["tool_calls"].as_array().into_iter().flatten())
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["c1"], "turn 1's call is in the transcript once: {o}");
+
+    let (out, o) = cmd(&["run", "--resume", &id, "once more"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(o["answer"], "and again", "{o}");
+    assert_eq!(runs(&ws), 1);
+}

@@ -116,7 +116,9 @@ fn a_hostile_agents_md_is_handled_with_a_note_and_never_read_from_outside() {
 }
 
 fn script(dir: &Dir) -> String {
-    let p = dir.file("script.json", r#"[{"content": "done"}]"#);
+    // One answer for a run and each resume of its session (a script continues at the turns recorded).
+    let p = dir
+        .file("script.json", r#"[{"content": "done"}, {"content": "done"}, {"content": "done"}, {"content": "done"}]"#);
     format!("script:{}", p.display())
 }
 

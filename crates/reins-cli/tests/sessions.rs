@@ -141,7 +141,9 @@ fn a_killed_run_resumes_coherently_again_and_again() {
             {"id": format!("a{i}"), "name": "echo", "arguments": {"text": format!("x{i}")}},
             {"id": format!("b{i}"), "name": "echo", "arguments": {"text": format!("y{i}")}}]})
         })
-        .chain(std::iter::once(json!({"content": "finished"})))
+        // A script continues at the turns its session recorded: a run resumed after the session finished takes
+        // the next "finished".
+        .chain(std::iter::repeat_n(json!({"content": "finished"}), 14))
         .collect();
     let script = dir.file("slow.json", &Value::Array(turns).to_string());
     let model = format!("script:{}", script.display());
@@ -298,7 +300,9 @@ fn the_store_file_alone_holds_every_session_once_a_run_has_exited() {
             Some(id) if round == 3 => vec!["--test-tools", "--resume", id, "again"],
             _ => vec!["--test-tools", "go"],
         };
-        let (out, outcome) = run(&dir, &echo_script(), &extra);
+        // The resume continues the script where its session is: past its end, so it gets one more turn.
+        let script = if round == 3 { json!([{"content": "again"}]) } else { echo_script() };
+        let (out, outcome) = run(&dir, &script, &extra);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let id = outcome["session_id"].as_str().unwrap().to_owned();
         if !ids.contains(&id) {

@@ -56,6 +56,12 @@ impl Conversation {
         Self { items, start, head: Some(head), skip }
     }
 
+    /// Every message of the transcript this conversation was selected from, in order — also those the
+    /// selection leaves out (what was recorded, not what is sent).
+    pub(crate) fn recorded(&self) -> impl Iterator<Item = &Message> {
+        self.items.iter().map(|m| &**m)
+    }
+
     /// A conversation holding the given messages.
     pub fn from_messages(messages: impl IntoIterator<Item = Message>) -> Self {
         Self::from_vector(messages.into_iter().map(Arc::new).collect())

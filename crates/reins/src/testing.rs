@@ -44,6 +44,9 @@ impl From<Result<ModelResponse, ModelError>> for ScriptStep {
 /// messages and tools: see [`ScriptedModel::requests`]). When the
 /// script is exhausted, each further call fails with [`ModelError::Exhausted`].
 ///
+/// A script that [follows the transcript](ScriptedModel::following_transcript) continues where the
+/// conversation it is asked to continue already is, which a script file (`script:FILE`) does.
+///
 /// ```
 /// use reins::{ModelResponse, ScriptedModel};
 /// let model = ScriptedModel::new(vec![Ok(ModelResponse::text("hi"))]);
@@ -52,6 +55,8 @@ impl From<Result<ModelResponse, ModelError>> for ScriptStep {
 #[derive(Debug, Default)]
 pub struct ScriptedModel {
     steps: Mutex<VecDeque<ScriptStep>>,
+    /// With [`ScriptedModel::following_transcript`]: what each step's answer looks like once recorded.
+    follow: Option<Mutex<Follow>>,
     requests: Mutex<Vec<ModelRequest>>,
     calls: Mutex<usize>,
     record: bool,
@@ -63,6 +68,7 @@ impl ScriptedModel {
     pub fn new(steps: impl IntoIterator<Item = impl Into<ScriptStep>>) -> Self {
         ScriptedModel {
             steps: Mutex::new(steps.into_iter().map(Into::into).collect()),
+            follow: None,
             requests: Mutex::new(Vec::new()),
             calls: Mutex::new(0),
             record: true,
@@ -74,6 +80,69 @@ impl ScriptedModel {
     pub fn with_price(mut self, price: crate::cost::Price) -> Self {
         self.price = Some(price);
         self
+    }
+
+    /// Makes the script's position a function of the transcript, so that a conversation continued in a new
+    /// process (a resumed session, an approved batch, a durable turn after a restart, a chat turn) goes on
+    /// with the script's next turn instead of its first: at the first call whose conversation records
+    /// assistant turns, the script skips to the number of recorded assistant turns that are its own — the
+    /// longest run of the newest recorded turns that are its first turns in order (same text, same tool call
+    /// ids and names). Turns recorded by another model (a different script given on resume) match none, and
+    /// the script starts at its first turn. From then on the turns are used in order, as without this.
+    ///
+    /// ```
+    /// use reins::{ModelResponse, ScriptedModel};
+    /// let model = ScriptedModel::new(vec![ModelResponse::text("one"), ModelResponse::text("two")]).following_transcript();
+    /// assert_eq!(model.remaining(), 2);
+    /// ```
+    pub fn following_transcript(mut self) -> Self {
+        let prints = self.steps.get_mut().map(|s| s.iter().map(Print::of).collect()).unwrap_or_default();
+        self.follow = Some(Mutex::new(Follow { prints, taken: 0, settled: false }));
+        self
+    }
+
+    /// Where a script that follows the transcript starts, given the request of its call (see
+    /// [`ScriptedModel::following_transcript`]): skips the steps the transcript already records.
+    fn catch_up(&self, request: &ModelRequest) {
+        let Some(follow) = &self.follow else { return };
+        let Ok(mut f) = follow.lock() else { return };
+        f.taken += 1;
+        if f.settled {
+            return;
+        }
+        let recorded: Vec<Print> = request
+            .messages
+            .recorded()
+            .filter_map(|m| match m {
+                crate::message::Message::Assistant { content, tool_calls, .. } => Some(Print {
+                    text: content.clone(),
+                    calls: tool_calls.iter().map(|c| (c.id.to_string(), c.name.clone())).collect(),
+                }),
+                _ => None,
+            })
+            .collect();
+        if recorded.is_empty() {
+            // A first turn, or a summary call: nothing tells where the conversation is yet.
+            return;
+        }
+        f.settled = true;
+        let used = f.taken - 1;
+        if recorded.len() <= used {
+            return;
+        }
+        // The longest k > used such that the newest k recorded turns are the script's first k.
+        let longest = recorded.len().min(f.prints.len());
+        let found = (used + 1..=longest).rev().find(|&k| {
+            let newest = &recorded[recorded.len() - k..];
+            newest.iter().zip(&f.prints[..k]).all(|(r, p)| p.as_ref() == Some(r))
+        });
+        if let Some(k) = found {
+            if let Ok(mut steps) = self.steps.lock() {
+                let skip = (k - used).min(steps.len());
+                steps.drain(..skip);
+            }
+            f.taken = k + 1;
+        }
     }
 
     /// Stops recording requests (for long benchmarks).
@@ -122,6 +191,7 @@ impl Model for ScriptedModel {
                 r.push(request.clone());
             }
         }
+        self.catch_up(request);
         let step = self.steps.lock().ok().and_then(|mut s| s.pop_front());
         let mut step = step.ok_or(ModelError::Exhausted { call: n })?;
         loop {
@@ -147,6 +217,39 @@ impl Model for ScriptedModel {
             model: Some(Arc::from("script")),
             ..Default::default()
         }
+    }
+}
+
+/// A script that follows the transcript: what it has taken, whether it found its place, and what each step's
+/// answer looks like once recorded.
+#[derive(Debug)]
+struct Follow {
+    prints: Vec<Option<Print>>,
+    taken: usize,
+    settled: bool,
+}
+
+/// What identifies a recorded assistant turn: its text and its tool calls' ids and names (an approver may
+/// have changed the arguments).
+#[derive(Debug, PartialEq)]
+struct Print {
+    text: String,
+    calls: Vec<(String, String)>,
+}
+
+impl Print {
+    /// The print of a step's answer; `None` for a step that fails (it records no turn).
+    fn of(step: &ScriptStep) -> Option<Print> {
+        let response = match step {
+            ScriptStep::Respond(r) => std::borrow::Cow::Borrowed(r),
+            ScriptStep::Raw(v) => std::borrow::Cow::Owned(parse_response(v).ok()?),
+            ScriptStep::Delay(_, inner) => return Print::of(inner),
+            ScriptStep::Fail(_) => return None,
+        };
+        Some(Print {
+            text: response.text.clone(),
+            calls: response.tool_calls.iter().map(|c| (c.id.to_string(), c.name.clone())).collect(),
+        })
     }
 }
 

@@ -515,3 +515,40 @@ async fn resume_reconciles_an_interrupted_batch() {
     let bad = vec![Message::user("go"), Message::tool_result("x", "?", false)];
     assert!(reins::RunState::resume("r", bad, Limits::default(), &ctx, "i").is_err());
 }
+
+/// A script that follows the transcript continues a conversation where it is — as a new process does with a
+/// resumed session, or a durable turn after a restart — instead of answering turn 1 again; a conversation
+/// recorded by another model starts it at its first turn; in one process, runs after runs take turns in order.
+#[tokio::test]
+async fn a_script_following_the_transcript_continues_at_the_turns_recorded() {
+    let turns = || vec![calls(vec![echo_call("c1", "a")]), calls(vec![echo_call("c2", "b")]), answer("done")];
+    let runs = Runs::default();
+    // The first process: one turn and its result, then the process is gone.
+    let first = Arc::new(ScriptedModel::new(turns()).following_transcript());
+    let agent = agent_with(first, &runs, Limits { max_steps: Some(1), ..Limits::default() }).build().unwrap();
+    let cut = run(&agent).await;
+    is_status(&cut, Status::StepLimit);
+    // The next process: a fresh model from the same script, on the recorded conversation.
+    let next = Arc::new(ScriptedModel::new(turns()).following_transcript());
+    let agent = agent_with(next.clone(), &runs, Limits::default()).build().unwrap();
+    let state = reins::RunState::resume("r2", cut.messages.clone(), Limits::default(), agent.context(), "x").unwrap();
+    let o = agent.drive(state, CancellationToken::new()).await;
+    is_status(&o, Status::Completed);
+    assert_eq!(o.answer.as_deref(), Some("done"));
+    next.assert_complete();
+    assert_eq!(next.calls(), 2, "turns 2 and 3, not turn 1 again");
+    let ids: Vec<String> = o.messages.iter().flat_map(|m| m.tool_calls().iter().map(|c| c.id.to_string())).collect();
+    assert_eq!(ids, ["c1", "c2"]);
+
+    // Another script on that conversation starts at its first turn.
+    let other = Arc::new(ScriptedModel::new(vec![answer("fresh")]).following_transcript());
+    let agent = agent_with(other.clone(), &runs, Limits::default()).build().unwrap();
+    let state = reins::RunState::resume("r3", cut.messages.clone(), Limits::default(), agent.context(), "x").unwrap();
+    assert_eq!(agent.drive(state, CancellationToken::new()).await.answer.as_deref(), Some("fresh"));
+
+    // In one process, two new runs of one model take its turns in order (a sub-agent called twice).
+    let shared = Arc::new(ScriptedModel::new(vec![answer("one"), answer("two")]).following_transcript());
+    let agent = agent_with(shared, &runs, Limits::default()).build().unwrap();
+    assert_eq!(run(&agent).await.answer.as_deref(), Some("one"));
+    assert_eq!(run(&agent).await.answer.as_deref(), Some("two"));
+}

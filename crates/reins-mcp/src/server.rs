@@ -80,7 +80,10 @@ impl McpServer {
     pub async fn connect(config: ServerConfig) -> Result<McpServer, McpError> {
         let secrets = config.secrets();
         match Self::connect_inner(config).await {
-            Ok(server) => Ok(McpServer { secrets, ..server }),
+            Ok(server) => {
+                let server_info = server.server_info.as_deref().map(|i| secrets.mask(i).into_owned());
+                Ok(McpServer { secrets, server_info, ..server })
+            }
             Err(e) => Err(mask_error(e, &secrets)),
         }
     }
@@ -198,7 +201,8 @@ impl McpServer {
             .into_iter()
             .map(|t| RemoteTool {
                 name: t.name.into_owned(),
-                description: t.description.map(|d| d.into_owned()).unwrap_or_default(),
+                // What the server says about its tools reaches the model and `reins mcp list`: masked too.
+                description: self.secrets.mask_string(t.description.map(|d| d.into_owned()).unwrap_or_default()),
                 input_schema: Value::Object((*t.input_schema).clone()),
                 read_only: t.annotations.as_ref().and_then(|a| a.read_only_hint).unwrap_or(false),
             })

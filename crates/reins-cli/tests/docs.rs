@@ -185,6 +185,14 @@ fn the_example_files_load() {
         let path = entry.unwrap().path();
         let text = std::fs::read_to_string(&path).unwrap();
         match path.extension().and_then(|e| e.to_str()) {
+            Some("toml") if path.file_name().is_some_and(|n| n == "config.toml") => {
+                reins_agent::UserConfig::parse(&text, &path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                assert!(
+                    all_blocks().iter().any(|b| b.lang == "toml" && b.body == text),
+                    "{} is not shown",
+                    path.display()
+                );
+            }
             Some("toml") => {
                 reins_agent::AgentDef::from_toml(&text, &dir).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
                 // The docs show the agent files they run, as they are.
@@ -447,11 +455,14 @@ fn check_cargo_words(words: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// A scratch directory holding docs/examples both under the files' own names and under their repository paths.
+/// A scratch directory holding docs/examples both under the files' own names and under their repository paths;
+/// `config.toml` is also the user config of the commands run there (`xdg/reins/config.toml`).
 fn fixtures() -> Dir {
     let dir = Dir::new("docs-fixtures");
     let examples = root().join("docs/examples");
     std::fs::create_dir_all(dir.0.join("docs/examples")).unwrap();
+    std::fs::create_dir_all(dir.0.join("xdg/reins")).unwrap();
+    std::fs::copy(examples.join("config.toml"), dir.0.join("xdg/reins/config.toml")).unwrap();
     for entry in std::fs::read_dir(&examples).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap();
@@ -461,13 +472,19 @@ fn fixtures() -> Dir {
     dir
 }
 
-/// Whether a `reins` command runs offline as written: `reins demo`, `--version`, or `reins run` on a script of
-/// docs/examples with nothing that needs the outside world or a recorded session.
+/// Whether a `reins` command runs offline as written: `reins demo`, `--version`, `sandbox-check`, `sessions list`,
+/// `config show` of the agent files in docs/examples, or `reins run` on a script of docs/examples with nothing that
+/// needs the outside world or a recorded session.
 fn offline(path: &[String], words: &[String], fixtures: &Path) -> bool {
-    match path {
+    let path: Vec<&str> = path.iter().map(String::as_str).collect();
+    match path.as_slice() {
         [] => words.iter().any(|w| w == "--version" || w == "--help"),
-        [p] if p == "demo" => true,
-        [p] if p == "run" => {
+        ["demo"] | ["sandbox-check"] | ["sessions", "list"] => true,
+        ["config", "show"] => {
+            let agents = words.windows(2).filter(|w| w[0] == "--agent").map(|w| w[1].clone()).collect::<Vec<_>>();
+            !words.iter().any(|w| w == "--resume") && agents.iter().all(|a| fixtures.join(a).is_file())
+        }
+        ["run"] => {
             let script = words.iter().find_map(|w| w.strip_prefix("script:"));
             let needs_more =
                 ["--mcp", "--resume", "--workspace", "--agent", "--config", "--image", "--otlp", "--base-url"];
@@ -502,6 +519,7 @@ fn every_shell_example_names_real_commands_and_offline_ones_run() {
                             .args(&c.words[1..])
                             .current_dir(&fixtures.0)
                             .env("REINS_STORE", &store)
+                            .env("XDG_CONFIG_HOME", fixtures.0.join("xdg"))
                             .env_remove("OPENAI_API_KEY")
                             .env_remove("ANTHROPIC_API_KEY")
                             .output()
@@ -535,10 +553,9 @@ fn every_shell_example_names_real_commands_and_offline_ones_run() {
     }
     assert!(failures.is_empty(), "shell examples that are wrong:\n{}", failures.join("\n\n"));
     assert!(reins_commands >= 50, "only {reins_commands} reins commands found");
-    assert!(
-        run_kinds.get("demo").is_some_and(|&n| n >= 1) && run_kinds.get("run").is_some_and(|&n| n >= 2),
-        "{run_kinds:?}"
-    );
+    for kind in ["demo", "run", "config show", "sessions list", "sandbox-check"] {
+        assert!(run_kinds.contains_key(kind), "no `reins {kind}` of the docs was run: {run_kinds:?}");
+    }
     assert!(compared >= 1, "no `# prints:` output was compared");
     assert!(ran >= 4, "{ran}");
 }

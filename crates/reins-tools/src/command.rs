@@ -954,6 +954,36 @@ mod tests {
         }
     }
 
+    /// A temp dir left by a process that is gone is swept; one whose process lives, or whose lock someone holds
+    /// (a process in another PID namespace), or that is not a directory, stays.
+    #[test]
+    fn stale_temp_dirs_are_swept_and_live_ones_kept() {
+        let base = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let stale = base.path().join(format!("{TEMP_PREFIX}{dead}-stale"));
+        let locked = base.path().join(format!("{TEMP_PREFIX}{dead}-locked"));
+        let live = base.path().join(format!("{TEMP_PREFIX}1-live"));
+        let file = base.path().join(format!("{TEMP_PREFIX}{dead}-file"));
+        let other = base.path().join("something-else");
+        for d in [&stale, &locked, &live, &other] {
+            std::fs::create_dir(d).unwrap();
+            std::fs::write(d.join("f"), "x").unwrap();
+        }
+        std::fs::write(&file, "x").unwrap();
+        let lock = std::fs::File::open(&locked).unwrap();
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockShared).unwrap();
+        sweep_stale(base.path());
+        assert!(!stale.exists());
+        for kept in [&locked, &live, &file, &other] {
+            assert!(kept.exists(), "{}", kept.display());
+        }
+        drop(lock);
+        sweep_stale(base.path());
+        assert!(!locked.exists());
+    }
+
     #[test]
     fn secret_names_and_env_patterns() {
         use reins::secrets::env_pattern_matches;

@@ -9,6 +9,10 @@
 //! Pages: `/` (the list) and `/s/ID` (a session: the page of `reins sessions view`); their data as JSON at
 //! `/api/sessions` and `/api/s/ID`, and a small stamp of each at `.../stamp` that the pages poll to redraw
 //! while a run goes on.
+//!
+//! Connections: a failed `accept` (out of file descriptors) pauses ([`Backoff`]: 10 ms growing to 1 s) instead of
+//! spinning; a connection that sends no complete request head within [`ServeOptions::idle_timeout`] (a new one,
+//! or one kept alive after its last response) is closed.
 
 use std::convert::Infallible;
 use std::hash::{Hash as _, Hasher as _};
@@ -253,6 +257,57 @@ async fn answer(state: Arc<State>, req: Request<Incoming>) -> Response<Full<Byte
     response
 }
 
+/// How long a connection may take to send a request head, and may stay open waiting for the next one, by
+/// default.
+pub const DEFAULT_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How the server treats its connections.
+#[derive(Clone, Copy, Debug)]
+pub struct ServeOptions {
+    /// A connection that sends no complete request head for this long (a new one, or one kept alive after a
+    /// response) is closed.
+    pub idle_timeout: std::time::Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions { idle_timeout: DEFAULT_IDLE_TIMEOUT }
+    }
+}
+
+/// The pause after a failed `accept` (out of file descriptors, for example): 10 ms, doubling to 1 s while it
+/// keeps failing, so that the server does not spin; back to 10 ms after a success.
+#[derive(Debug)]
+pub struct Backoff(std::time::Duration);
+
+impl Backoff {
+    const FIRST: std::time::Duration = std::time::Duration::from_millis(10);
+    const MOST: std::time::Duration = std::time::Duration::from_secs(1);
+
+    /// The first pause.
+    pub fn new() -> Backoff {
+        Backoff(Backoff::FIRST)
+    }
+
+    /// The pause to take now (the next one doubles).
+    pub fn next_pause(&mut self) -> std::time::Duration {
+        let now = self.0;
+        self.0 = (self.0 * 2).min(Backoff::MOST);
+        now
+    }
+
+    /// After a success.
+    pub fn reset(&mut self) {
+        self.0 = Backoff::FIRST;
+    }
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff::new()
+    }
+}
+
 /// Serves `store` on `listener` until `cancel` fires; then stops accepting, ends the open connections and
 /// returns. Only loopback listeners are served (anything else is refused before a connection is taken).
 pub async fn serve(
@@ -260,6 +315,17 @@ pub async fn serve(
     store: Store,
     token: String,
     cancel: CancellationToken,
+) -> std::io::Result<()> {
+    serve_with(listener, store, token, cancel, ServeOptions::default()).await
+}
+
+/// [`serve`] with these options.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    store: Store,
+    token: String,
+    cancel: CancellationToken,
+    options: ServeOptions,
 ) -> std::io::Result<()> {
     let addr = listener.local_addr()?;
     if !addr.ip().is_loopback() {
@@ -270,6 +336,7 @@ pub async fn serve(
     }
     let state = Arc::new(State { store, token, addr });
     let mut connections = tokio::task::JoinSet::new();
+    let mut backoff = Backoff::new();
     loop {
         let accepted = tokio::select! {
             () = cancel.cancelled() => break,
@@ -277,7 +344,19 @@ pub async fn serve(
         };
         // Finished connections are collected as we go.
         while connections.try_join_next().is_some() {}
-        let Ok((stream, _peer)) = accepted else { continue };
+        let stream = match accepted {
+            Ok((stream, _peer)) => {
+                backoff.reset();
+                stream
+            }
+            // Out of file descriptors (or another failure of accept): pause rather than spin.
+            Err(_) => {
+                tokio::select! {
+                    () = cancel.cancelled() => break,
+                    () = tokio::time::sleep(backoff.next_pause()) => continue,
+                }
+            }
+        };
         let state = state.clone();
         let stop = cancel.clone();
         connections.spawn(async move {
@@ -287,7 +366,7 @@ pub async fn serve(
                 async move { Ok::<_, Infallible>(answer(state, req).await) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
-                .header_read_timeout(std::time::Duration::from_secs(10))
+                .header_read_timeout(options.idle_timeout)
                 .timer(hyper_util::rt::TokioTimer::new())
                 .serve_connection(io, service);
             tokio::select! {
@@ -304,6 +383,15 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_accept_backoff_grows_to_a_second_and_starts_again_after_a_success() {
+        let mut b = Backoff::new();
+        let pauses: Vec<u128> = (0..9).map(|_| b.next_pause().as_millis()).collect();
+        assert_eq!(pauses, [10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
+        b.reset();
+        assert_eq!(b.next_pause(), std::time::Duration::from_millis(10));
+    }
 
     #[test]
     fn routes() {

@@ -391,6 +391,40 @@ mod tests {
         assert_eq!(s.mask_tool_error(ToolError::Failed("sk-abcdefghijkl".into())).to_string(), "<redacted>");
     }
 
+    /// A model that streams a retry whose reason names the key, then text, then fails naming it.
+    struct Echoing;
+
+    #[async_trait]
+    impl Model for Echoing {
+        async fn generate(&self, _: &ModelRequest, _: &CancellationToken) -> Result<ModelResponse, ModelError> {
+            DeltaSink::emit(&Delta::Restart { attempt: 2, reason: "HTTP 503 for sk-abcdefghijkl".into() });
+            DeltaSink::emit(&Delta::Text { text: "partial".into() });
+            Err(ModelError::Unauthorized { status: 401, message: "bad key sk-abcdefghijkl".into() })
+        }
+    }
+
+    #[test]
+    fn a_masked_model_masks_its_errors_and_its_retry_reasons() {
+        let heard = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let h = Arc::clone(&heard);
+        let sink = DeltaSink::new(move |d| h.lock().unwrap().push(d.clone()));
+        let model = MaskedModel::wrap(Arc::new(Echoing), Secrets::new(["sk-abcdefghijkl"]));
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let result = rt.block_on(sink.scope(model.generate(&ModelRequest::default(), &CancellationToken::new())));
+        let e = result.unwrap_err().to_string();
+        assert_eq!(e, "model request not authorized (HTTP 401): bad key <redacted> (check the API key)");
+        assert_eq!(
+            *heard.lock().unwrap(),
+            [
+                Delta::Restart { attempt: 2, reason: "HTTP 503 for <redacted>".into() },
+                Delta::Text { text: "partial".into() }
+            ]
+        );
+        // Nothing to mask: the model itself, not wrapped.
+        let plain: Arc<dyn Model> = Arc::new(Echoing);
+        assert!(Arc::ptr_eq(&MaskedModel::wrap(Arc::clone(&plain), Secrets::default()), &plain));
+    }
+
     #[test]
     fn children_get_the_allowed_variables_less_secrets_plus_their_own() {
         let set = BTreeMap::from([("MINE".to_owned(), "v".to_owned())]);

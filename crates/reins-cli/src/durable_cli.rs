@@ -158,7 +158,8 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 fn load_agent(name: &str, path: &Path) -> Result<reins_agent::AgentDef, CliError> {
     if !is_valid_agent_name(name) {
         return Err(usage(format!(
-            "--agent {name}={}: {name:?} is not an agent name (1 to 64 of A-Za-z0-9_-)",
+            "agent {name:?} ({}): not an agent name (1 to 64 of A-Za-z0-9_-; in --agents DIR, the file's name \
+             without .toml)",
             path.display()
         )));
     }

@@ -799,3 +799,43 @@ fn the_exit_code_table_matches_the_command() {
     assert!(documented.len() >= 12, "{documented:?}");
     assert_eq!(documented, printed, "docs/src/contracts.md's exit codes and `reins --help`'s disagree");
 }
+
+/// The agent-file reference names every key: for each table of an agent file, the keys reins-agent's own parser
+/// accepts (as its error for an unknown key lists them) each appear in the agent-file chapter or, for presets and MCP
+/// servers, the tools chapter.
+#[test]
+fn the_agent_file_reference_names_every_key() {
+    let docs = ["agent-file.md", "tools.md"]
+        .iter()
+        .map(|f| std::fs::read_to_string(root().join("docs/src").join(f)).unwrap())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let tables =
+        ["", "[provider]", "[limits]", "[context]", "[workspace]", "[commands]", "[[presets]]", "[mcp.x]", "[[hooks]]"];
+    let mut missing = Vec::new();
+    let mut keys = 0;
+    for table in tables {
+        let text = format!("{table}\nnot_a_key_of_any_table = 1\n");
+        let err = reins_agent::AgentDef::from_toml(&text, &root()).unwrap_err().to_string();
+        let expected = err.split("expected one of").nth(1).unwrap_or_else(|| panic!("{table}: {err}"));
+        for key in expected.split('`').skip(1).step_by(2) {
+            keys += 1;
+            let named = [
+                format!("`{key}`"),
+                format!("\n{key} ="),
+                format!("also {key}"),
+                format!(", {key}"),
+                format!("[{key}]"),
+                format!("[{key}."),
+                format!("[[{key}]]"),
+            ]
+            .iter()
+            .any(|k| docs.contains(k.as_str()));
+            if !named {
+                missing.push(format!("{table} {key}"));
+            }
+        }
+    }
+    assert!(keys >= 80, "{keys}");
+    assert!(missing.is_empty(), "keys the agent-file reference does not name:\n{}", missing.join("\n"));
+}

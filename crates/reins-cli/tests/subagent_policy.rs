@@ -289,3 +289,29 @@ fn reins_chat_asks_about_a_sub_agents_write_inline_by_its_default() {
     assert!(matches!(p.process().wait().unwrap(), WaitStatus::Exited(_, 0)));
     assert_eq!(written(&dir).as_deref(), Some("hi"), "the approved call ran once");
 }
+
+#[test]
+fn sigkill_while_a_sub_agents_question_is_asked_inline_then_reins_approve_finishes_it() {
+    let (dir, agent) = setup("subpolicy-kill-asking", "approve = \"writes\"");
+    let mut c = reins();
+    c.args(["run", "go", "--agent"]).arg(&agent).arg("--store").arg(dir.store()).env("TERM", "xterm");
+    let options = rexpect::reader::Options::new().timeout_ms(Some(60_000)).strip_ansi_escape_codes(true);
+    let mut p = rexpect::session::spawn_with_options(c, options).unwrap();
+    // On a terminal the sub-agent's question is asked inline; the run is killed while it waits for the answer.
+    p.exp_string("[writer] w1 write_file").unwrap();
+    p.exp_string("[a]lways for write_file >").unwrap();
+    p.process_mut().signal(rexpect::process::signal::Signal::SIGKILL).unwrap();
+    let _ = p.process().wait();
+    assert_eq!(written(&dir), None, "nothing ran without a decision");
+    let list = reins().args(["sessions", "list", "--json", "--store"]).arg(dir.store()).output().unwrap();
+    let line = String::from_utf8_lossy(&list.stdout).lines().next().map(str::to_owned).unwrap_or_default();
+    let id = serde_json::from_str::<Value>(&line).unwrap()["id"].as_str().unwrap().to_owned();
+    // The batch it was asking about was recorded before the question: the session waits on it.
+    answer_only(&dir);
+    let (out, o) = reins_run(&dir, &agent, &["approve", &id, "--call", "w1"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(o["status"], "completed", "{o}");
+    assert_eq!(written(&dir).as_deref(), Some("hi"), "the approved call ran once");
+    let (out, _) = reins_run(&dir, &agent, &["approve", &id, "--all"], &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}

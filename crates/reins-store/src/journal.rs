@@ -371,6 +371,20 @@ impl RunJournal for RunLog {
         self.shared.wait().await
     }
 
+    fn waiting(&self, pending: &[reins::PendingCall]) {
+        #[derive(Serialize)]
+        struct Data<'a> {
+            pending: &'a [reins::PendingCall],
+        }
+        self.shared.record(
+            kind::APPROVAL_WAITING,
+            None,
+            Delta::default(),
+            || "the batch waiting for a decision".to_owned(),
+            |out| serde_json::to_writer(out, &Data { pending }),
+        );
+    }
+
     async fn finish(&self, outcome: &Outcome) -> Result<(), JournalError> {
         // The outcome without its transcript (recorded item by item already), serialized in place.
         #[derive(Serialize)]

@@ -32,6 +32,9 @@ pub mod kind {
     pub const CHILD_RESPONSE: &str = "child_response";
     /// A child run ended: its outcome without the transcript (with `run_id`).
     pub const CHILD_RUN_END: &str = "child_run_end";
+    /// A run is about to ask its approver about its waiting batch: `{"pending": [...]}` (as a run end's
+    /// `pending`). A run that died before a decision or a transcript item after it still waits on that batch.
+    pub const APPROVAL_WAITING: &str = "approval_waiting";
 }
 
 /// One entry of a session's log.
@@ -276,12 +279,27 @@ impl Session {
             match &run.end {
                 Some(_) => return self.waiting_batch(run),
                 None => {
-                    let went_on = self.entries.iter().any(|e| {
-                        e.run == run.number
-                            && (e.kind == kind::MESSAGE
-                                || (e.kind == kind::EVENT
-                                    && e.data.get("type").and_then(|t| t.as_str()) == Some("approval_decided")))
-                    });
+                    // A run that died: the batch it was asking about when it died (`approval_waiting` with no
+                    // decision or transcript item after it) still waits; one that went on released it.
+                    let mut went_on = false;
+                    let mut asking = None;
+                    for e in self.entries.iter().filter(|e| e.run == run.number) {
+                        if e.kind == kind::MESSAGE
+                            || (e.kind == kind::EVENT
+                                && e.data.get("type").and_then(|t| t.as_str()) == Some("approval_decided"))
+                        {
+                            went_on = true;
+                            asking = None;
+                        } else if e.kind == kind::APPROVAL_WAITING {
+                            asking = Some(e);
+                        }
+                    }
+                    if let Some(e) = asking {
+                        let pending = e.data.get("pending").cloned().unwrap_or(serde_json::Value::Array(Vec::new()));
+                        let pending: Vec<reins::PendingCall> = serde_json::from_value(pending)
+                            .map_err(|err| self.bad(e.seq, format!("not a waiting batch: {err}")))?;
+                        return Ok((!pending.is_empty()).then_some(pending));
+                    }
                     if went_on {
                         return Ok(None);
                     }

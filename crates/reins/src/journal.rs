@@ -55,6 +55,12 @@ pub trait RunJournal: Send + Sync {
     async fn flush(&self) -> Result<(), JournalError>;
     /// The run ended with `outcome`: records it and waits until everything is durable.
     async fn finish(&self, outcome: &Outcome) -> Result<(), JournalError>;
+    /// The run is about to ask its approver about `pending`, its waiting batch (decisions made so far and a
+    /// sub-agent's waiting calls included); the driver flushes before it asks. Recorded, a run killed while
+    /// it waits for the answer can be decided later as if it had ended `awaiting_approval`. Default: nothing.
+    fn waiting(&self, pending: &[crate::approval::PendingCall]) {
+        let _ = pending;
+    }
     /// A sub-agent `agent` of this run (`parent_run_id`) begins a run with this state and these tools: the
     /// log of that child run, recorded with this run's (the same session). `Ok(None)` (the default): the
     /// child run is not recorded.

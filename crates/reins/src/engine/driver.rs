@@ -847,6 +847,16 @@ impl Agent {
                         emitter.emit(EventKind::ApprovalRequested { step: state.steps(), calls: listed });
                     }
                     let approver = performer.and_then(|p| p.approver()).or(self.approver.as_deref());
+                    // The waiting batch is durable before anyone is asked: a run killed while it waits for the
+                    // answer is decided later like one that ended `awaiting_approval`.
+                    if let (Some(j), Some(_)) = (&journal, approver) {
+                        j.waiting(&state.pending_batch());
+                        if let Err(e) = j.flush().await {
+                            run_cancel.cancel();
+                            state.interrupt(Status::Aborted, e.to_string(), &self.context);
+                            continue;
+                        }
+                    }
                     let detail = match approver {
                         None => None,
                         Some(approver) => {

@@ -532,3 +532,37 @@ fn a_worker_killed_with_9_takes_its_commands_with_it() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Issue 22, item 13: a durable run on a script model whose worker restarts mid batch goes on with the script's
+/// next turn: 3 steps for a 3-turn script. Before, the new worker's script answered step 2 with turn 1 again (4 steps,
+/// the slow command started once more under a new key).
+#[test]
+fn a_script_model_continues_at_its_next_turn_after_a_worker_restart() {
+    let s = Setup::new("script-restart", 1);
+    let script = s.dir.path("turns.json");
+    std::fs::write(
+        &script,
+        json!([
+            {"content": "", "tool_calls": [{"id": "c1", "name": "run_command", "arguments": {"command": "slow"}}]},
+            {"content": "", "tool_calls": [{"id": "c2", "name": "run_command", "arguments": {"command": "note"}}]},
+            {"content": "done"}
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(&s.agent).unwrap();
+    let (_, rest) = text.split_once("[workspace]").unwrap();
+    std::fs::write(&s.agent, format!("model = \"script:{}\"\n[workspace]{rest}", script.display())).unwrap();
+    let mut w = s.worker(0);
+    s.register();
+    let (session, run) = submit(&s.restate, "go");
+    wait_for(&s.dir.path("started"), Duration::from_secs(60));
+    w.restart();
+    let o = wait(&s.restate, &session, &run);
+    assert_eq!((o.status, o.steps, o.answer.as_deref()), (Status::Completed, 3, Some("done")), "{:?}", o.error);
+    assert_coherent(&o);
+    let ids: Vec<String> = o.messages.iter().flat_map(|m| m.tool_calls().iter().map(|c| c.id.to_string())).collect();
+    assert_eq!(ids, ["c1", "c2"]);
+    // Two calls, two keys: the one in flight ran again under its own key, nothing ran under a third.
+    assert_eq!(key_counts(&s.dir.0).len(), 2, "{:?}", key_counts(&s.dir.0));
+}

@@ -786,7 +786,7 @@ impl Provider {
                         "the stream's content passed {} bytes ({BYTES_PER_TOKEN} a token of the response cap): cut, the answer ends truncated",
                         inner.output_cap
                     );
-                    return Ok(emit.cut(inner.output_cap));
+                    return Ok(emit.cut());
                 }
             }
         }
@@ -902,7 +902,7 @@ impl Model for Provider {
             let Some(permit) = inner.limiter.acquire(cancel).await else {
                 return Err(ModelError::Cancelled);
             };
-            emit.begin_attempt();
+            emit.begin_attempt(inner.output_cap);
             let result = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return Err(ModelError::Cancelled),

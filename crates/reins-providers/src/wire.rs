@@ -76,17 +76,29 @@ pub(crate) struct Emit {
     pub content: usize,
     text: String,
     reasoning: String,
+    /// How much of the text and of the reasoning is kept (what a cut answer can hold).
+    keep: usize,
+}
+
+/// Appends `more` to `kept` within `keep` bytes, cut on a character boundary.
+fn push_within(kept: &mut String, more: &str, keep: usize) {
+    let mut room = keep.saturating_sub(kept.len()).min(more.len());
+    while !more.is_char_boundary(room) {
+        room -= 1;
+    }
+    kept.push_str(&more[..room]);
 }
 
 impl Emit {
     pub fn new(sink: Option<DeltaSink>) -> Self {
-        Self { sink, emitted: false, content: 0, text: String::new(), reasoning: String::new() }
+        Self { sink, emitted: false, content: 0, text: String::new(), reasoning: String::new(), keep: 0 }
     }
-    /// A new attempt: nothing of its content arrived yet.
-    pub fn begin_attempt(&mut self) {
+    /// A new attempt: nothing of its content arrived yet; of its text and reasoning, `keep` bytes each are kept.
+    pub fn begin_attempt(&mut self, keep: usize) {
         self.content = 0;
         self.text.clear();
         self.reasoning.clear();
+        self.keep = keep;
     }
     pub fn send(&mut self, delta: Delta) {
         if let Some(s) = &self.sink {
@@ -96,14 +108,14 @@ impl Emit {
     }
     pub fn text(&mut self, text: &str) {
         self.content = self.content.saturating_add(text.len());
-        self.text.push_str(text);
+        push_within(&mut self.text, text, self.keep);
         if !text.is_empty() && self.sink.is_some() {
             self.send(Delta::Text { text: text.to_owned() });
         }
     }
     pub fn reasoning(&mut self, text: &str) {
         self.content = self.content.saturating_add(text.len());
-        self.reasoning.push_str(text);
+        push_within(&mut self.reasoning, text, self.keep);
         if !text.is_empty() && self.sink.is_some() {
             self.send(Delta::Reasoning { text: text.to_owned() });
         }
@@ -120,18 +132,11 @@ impl Emit {
             self.send(Delta::ToolArguments { index, fragment: fragment.to_owned() });
         }
     }
-    /// The answer of a stream cut once its content passed `cap` bytes: the text and reasoning that arrived (the
-    /// text within `cap` bytes), no tool call (a call cut off is no proposal: it never runs), finish reason
-    /// `length` (the run ends `truncated`, as when the server stops at the response cap), usage unknown.
-    pub fn cut(&mut self, cap: usize) -> ModelResponse {
-        let mut text = std::mem::take(&mut self.text);
-        if text.len() > cap {
-            let mut end = cap;
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            text.truncate(end);
-        }
+    /// The answer of a stream cut once its content passed the cap: the text and reasoning that arrived (each within
+    /// the bytes kept), no tool call (a call cut off is no proposal: it never runs), finish reason `length` (the run
+    /// ends `truncated`, as when the server stops at the response cap), usage unknown.
+    pub fn cut(&mut self) -> ModelResponse {
+        let text = std::mem::take(&mut self.text);
         let reasoning = std::mem::take(&mut self.reasoning);
         ModelResponse {
             text,
@@ -397,6 +402,28 @@ mod tests {
         assert_eq!(parse_arguments(r#"{"a":"#), json!(r#"{"a":"#));
         assert_eq!(arguments_text(&json!(r#"{"a":"#)), r#"{"a":"#);
         assert_eq!(arguments_text(&json!({"a": 1})), r#"{"a":1}"#);
+    }
+
+    /// A cut answer: the text within the bytes kept, on a character boundary; every kind of content counted; no
+    /// tool call; finish reason `length`.
+    #[test]
+    fn a_cut_answer_keeps_text_within_the_cap() {
+        let mut e = Emit::new(None);
+        e.begin_attempt(5);
+        e.text("éé");
+        e.text("ééé");
+        e.reasoning("thinking");
+        e.call(0, "id", "tool");
+        e.arguments(0, "{\"a\":");
+        assert_eq!(e.content, 4 + 6 + 8 + 4 + 5);
+        let r = e.cut();
+        assert_eq!(r.text, "éé");
+        assert_eq!(r.reasoning.as_deref(), Some("think"));
+        assert!(r.tool_calls.is_empty() && r.usage.is_none());
+        assert_eq!(r.finish_reason, Some(FinishReason::Length));
+        e.begin_attempt(5);
+        assert_eq!(e.content, 0);
+        assert_eq!(e.cut().text, "");
     }
 
     #[test]

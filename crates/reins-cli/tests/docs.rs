@@ -839,3 +839,38 @@ fn the_agent_file_reference_names_every_key() {
     assert!(keys >= 80, "{keys}");
     assert!(missing.is_empty(), "keys the agent-file reference does not name:\n{}", missing.join("\n"));
 }
+
+/// The book documents every flag of every command: each `--flag` a `reins … --help` lists appears in the README or
+/// the book.
+#[test]
+fn every_flag_of_every_command_is_documented() {
+    let docs: String = doc_files().into_iter().map(|(_, text)| text).collect::<Vec<_>>().join("\n");
+    let mut help = Help(HashMap::new());
+    let mut paths: Vec<Vec<String>> = vec![vec![]];
+    let mut missing = Vec::new();
+    let mut flags = 0;
+    while let Some(path) = paths.pop() {
+        let text = help.get(&path).unwrap_or_else(|| panic!("`reins {} --help` fails", path.join(" ")));
+        for sub in subcommands(&text) {
+            if sub != "help" {
+                paths.push(path.iter().cloned().chain([sub]).collect());
+            }
+        }
+        for line in text.lines() {
+            let line = line.trim_start();
+            let line = if line.len() > 4 && line.starts_with('-') && &line[2..4] == ", " { &line[4..] } else { line };
+            let Some(name) = line.strip_prefix("--") else { continue };
+            let flag: String =
+                format!("--{}", name.split(|c: char| !(c.is_alphanumeric() || c == '-')).next().unwrap_or(""));
+            if flag == "--help" || flag == "--version" {
+                continue;
+            }
+            flags += 1;
+            if !lists_flag(&docs, &flag) {
+                missing.push(format!("reins {} {flag}", path.join(" ")));
+            }
+        }
+    }
+    assert!(flags >= 100, "{flags}");
+    assert!(missing.is_empty(), "flags the docs never mention:\n{}", missing.join("\n"));
+}

@@ -259,3 +259,33 @@ fn the_store_its_directory_and_the_outcome_file_are_private_under_umask_022() {
     assert!(out.status.success(), "{:?}", text(&out));
     assert_eq!((mode(&named), mode(&named.join("s.db"))), (0o755, 0o600));
 }
+
+#[test]
+fn a_base_url_s_credentials_are_masked_in_a_connection_error() {
+    let dir = Dir::new("secrets-refused");
+    // A port nothing listens on.
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let agent = dir.file(
+        "agent.toml",
+        &format!(
+            "model = \"openai-chat:m\"\n[provider]\nbase_url = \"http://gw-user:{USERINFO}@127.0.0.1:{port}/v1\"\nmax_retries = 0\n"
+        ),
+    );
+    let outcome_file = dir.0.join("outcome.json");
+    let out = reins()
+        .args(["run", "--no-store", "--json", "--agent"])
+        .arg(&agent)
+        .arg("--output")
+        .arg(&outcome_file)
+        .arg("hello")
+        .env("OPENAI_API_KEY", KEY)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(8), "{stdout}{stderr}");
+    let outcome = std::fs::read_to_string(&outcome_file).unwrap();
+    assert!(outcome.contains("<redacted>@127.0.0.1"), "the URL is named, its credentials masked: {outcome}");
+    for text in [&stdout, &stderr, &outcome] {
+        assert_clean("a connection error", text);
+    }
+}

@@ -19,7 +19,8 @@ Exit codes:
  12  truncated        the final answer was cut by the response cap (its partial text is kept)
  13  refused          the model refused, or a content filter cut its answer
  14  awaiting_approval  a call waits for a decision: `reins approve ID` continues the run
- 15  (durable runs)   submit/status/result/cancel: Restate unreachable, or no such run or session";
+ 15  (durable runs)   submit/status/result/cancel: Restate unreachable, or no such run or session
+ 16  output_invalid   the final answer did not match the output schema (its text is kept, no output)";
 
 /// The exit code for a run's status.
 pub fn code_for(status: Status) -> u8 {
@@ -36,6 +37,7 @@ pub fn code_for(status: Status) -> u8 {
         Status::Truncated => 12,
         Status::Refused => 13,
         Status::AwaitingApproval => 14,
+        Status::OutputInvalid => 16,
     }
 }
 

@@ -48,10 +48,51 @@ pub fn prompt(given: Option<&str>, flags: &InstructionFlags) -> Result<Option<St
                 .map_err(|e| usage(format!("the prompt from standard input: {e}")))?,
             "standard input".to_owned(),
         ),
-        (None, other) => return Ok(other.map(str::to_owned)),
+        (None, Some(given)) => return Ok(Some(with_piped_stdin(given)?)),
+        (None, None) => return Ok(None),
     };
     if text.trim().is_empty() {
         return Err(usage(format!("the prompt from {source} is empty")));
     }
     Ok(Some(text))
+}
+
+/// The prompt argument with piped standard input appended as context (as `llm` and `claude -p` do): read only
+/// when stdin is a pipe, a regular file or a socket — never a terminal (nothing to wait for) or a device
+/// (`/dev/null`) — bounded like `-` (1 MiB of UTF-8). Blank input adds nothing.
+fn with_piped_stdin(given: &str) -> Result<String, CliError> {
+    if !stdin_is_piped() {
+        return Ok(given.to_owned());
+    }
+    let text = read_capped(std::io::stdin().lock(), MAX_PROMPT_BYTES)
+        .map_err(|e| usage(format!("standard input (appended to the prompt): {e}")))?;
+    Ok(append_context(given, &text))
+}
+
+/// `prompt`, then `context` in a `<stdin>` block (nothing added when `context` is blank).
+pub fn append_context(prompt: &str, context: &str) -> String {
+    if context.trim().is_empty() {
+        return prompt.to_owned();
+    }
+    let context = context.strip_suffix('\n').unwrap_or(context);
+    format!("{prompt}\n\n<stdin>\n{context}\n</stdin>")
+}
+
+/// Whether standard input is a pipe, a regular file or a socket (not a terminal, not a device, not closed).
+fn stdin_is_piped() -> bool {
+    use std::io::IsTerminal as _;
+    use std::os::fd::AsFd as _;
+    use std::os::unix::fs::FileTypeExt as _;
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return false;
+    }
+    let Ok(fd) = stdin.as_fd().try_clone_to_owned() else { return false };
+    match std::fs::File::from(fd).metadata() {
+        Ok(meta) => {
+            let t = meta.file_type();
+            t.is_fifo() || t.is_file() || t.is_socket()
+        }
+        Err(_) => false,
+    }
 }

@@ -53,7 +53,10 @@ pub fn progress_line(event: &Event) -> Option<String> {
 
 fn run_line(event: &Event) -> Option<String> {
     let line = match &event.kind {
-        EventKind::RunStart { tools, .. } => format!("▶ run {} · tools: {}", event.run_id, tools.join(", ")),
+        EventKind::RunStart { tools, session_id, .. } => {
+            let session = session_id.as_deref().map(|s| format!(" · session {s}")).unwrap_or_default();
+            format!("▶ run {}{session} · tools: {}", event.run_id, tools.join(", "))
+        }
         EventKind::ModelStart { .. } => return None,
         EventKind::ModelEnd { step, duration_ms, tool_calls, text, .. } => {
             let text = text.as_deref().filter(|t| !t.is_empty()).map(preview).unwrap_or_default();

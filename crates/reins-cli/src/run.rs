@@ -195,7 +195,7 @@ pub async fn setup(
     defaults: impl FnOnce(&mut reins_agent::AgentDef),
 ) -> Result<Setup, CliError> {
     let store = crate::sessions_cli::run_store(&args.store)?;
-    let session = crate::sessions_cli::resumed(store.as_ref(), &args.store)?;
+    let session = crate::sessions_cli::resumed(store.as_ref(), &args.store, args.tools.workspace.as_deref())?;
     let recorded = match &session {
         Some(s) => Some((s.id().to_owned(), crate::sessions_cli::session_agent(s)?)),
         None => None,
@@ -235,14 +235,17 @@ pub async fn run(args: RunArgs) -> Result<u8, CliError> {
 
 /// `reins run`, or with `given` decisions `reins approve` (the session to continue is `--resume`).
 pub async fn run_with(args: RunArgs, given: Option<crate::approve_cli::Given>) -> Result<u8, CliError> {
-    if args.prompt.is_none() && args.store.resume.is_none() && args.instructions.prompt_file.is_none() {
-        return Err(usage("a prompt is required (or --prompt-file FILE, or --resume ID to continue a session)"));
+    let resuming = args.store.resume.is_some() || args.store.continue_last;
+    if args.prompt.is_none() && !resuming && args.instructions.prompt_file.is_none() {
+        return Err(usage(
+            "a prompt is required (or --prompt-file FILE, or --resume ID / --continue to continue a session)",
+        ));
     }
     // Before the signal handlers: a Ctrl-C while the prompt is read from standard input just ends the command.
     let prompt = crate::instructions_cli::prompt(args.prompt.as_deref(), &args.instructions)?;
     let images = crate::media_cli::images(&args.media)?;
-    if !images.is_empty() && args.store.resume.is_some() {
-        return Err(usage("--image starts a run: it cannot be given with --resume"));
+    if !images.is_empty() && resuming {
+        return Err(usage("--image starts a run: it cannot be given with --resume or --continue"));
     }
     crate::telemetry::start(&args.otlp)?;
     let cancel = CancellationToken::new();
@@ -303,6 +306,8 @@ pub async fn run_with(args: RunArgs, given: Option<crate::approve_cli::Given>) -
                 ),
                 None => errln!("  the run was not recorded (--no-store): it cannot be continued"),
             }
+        } else if let Some(id) = &outcome.session_id {
+            errln!("  continue with: reins run --resume {id} \"…\" (or --continue)");
         }
     }
     Ok(code_for(outcome.status))

@@ -1,5 +1,5 @@
-//! Sessions: the store flags of `reins run` (`--store`, `--no-store`, `--resume`), `reins sessions
-//! list|show|view|export` and `reins replay`.
+//! Sessions: the store flags of `reins run` (`--store`, `--no-store`, `--resume`, `--continue`), `reins
+//! sessions list|show|view|export|backup|rm|prune` and `reins replay`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -33,6 +33,10 @@ pub struct RunStoreFlags {
     /// Continues the recorded session ID (an id or a unique prefix); the prompt, if given, is the follow-up.
     #[arg(long, value_name = "ID", conflicts_with = "no_store")]
     pub resume: Option<String>,
+    /// Continues the most recent session: the newest recorded in this workspace (--workspace, else the
+    /// current directory), else the newest of all. The prompt, if given, is the follow-up.
+    #[arg(long = "continue", conflicts_with_all = ["no_store", "resume"])]
+    pub continue_last: bool,
 }
 
 /// `reins sessions`.
@@ -72,6 +76,26 @@ enum SessionsCommand {
     Export {
         /// The session id, or a unique prefix of it.
         id: String,
+        #[command(flatten)]
+        store: StoreFlag,
+    },
+    /// Deletes sessions (ids or unique prefixes): each one's summary and whole log. A session whose run is
+    /// still going is refused (exit 2), the others deleted.
+    Rm {
+        /// The sessions to delete.
+        #[arg(required = true, value_name = "ID")]
+        ids: Vec<String>,
+        #[command(flatten)]
+        store: StoreFlag,
+    },
+    /// Deletes every session last written longer ago than --older-than (running sessions are kept).
+    Prune {
+        /// The age past which a session goes, e.g. 30d, 12h, 2w.
+        #[arg(long, value_name = "AGE", value_parser = reins_agent::parse_duration)]
+        older_than: std::time::Duration,
+        /// Lists what would be deleted, and deletes nothing.
+        #[arg(long)]
+        dry_run: bool,
         #[command(flatten)]
         store: StoreFlag,
     },
@@ -169,10 +193,19 @@ pub fn run_store(flags: &RunStoreFlags) -> Result<Option<Store>, CliError> {
     open(flags.store.as_deref()).map(Some)
 }
 
-/// The session `--resume ID` continues.
-pub fn resumed(store: Option<&Store>, flags: &RunStoreFlags) -> Result<Option<Session>, CliError> {
-    let (Some(store), Some(id)) = (store, &flags.resume) else { return Ok(None) };
-    let session = store.load(id).map_err(store_err)?;
+/// The session `--resume ID` (or `--continue`: see [`latest_session`]) continues.
+pub fn resumed(
+    store: Option<&Store>,
+    flags: &RunStoreFlags,
+    workspace: Option<&Path>,
+) -> Result<Option<Session>, CliError> {
+    let Some(store) = store else { return Ok(None) };
+    let id = match (&flags.resume, flags.continue_last) {
+        (Some(id), _) => id.clone(),
+        (None, true) => latest_session(store, workspace)?,
+        (None, false) => return Ok(None),
+    };
+    let session = store.load(&id).map_err(store_err)?;
     if session.summary.status == reins_store::INTERRUPTED_STATUS {
         errln!(
             "reins: session {} was interrupted (its process is gone without ending the run): resuming it; the calls it \
@@ -189,6 +222,95 @@ pub fn resumed(store: Option<&Store>, flags: &RunStoreFlags) -> Result<Option<Se
         }
     }
     Ok(Some(session))
+}
+
+/// The session `--continue` continues: the newest recorded in `workspace` (else the current directory), else
+/// the newest of all (said on stderr).
+fn latest_session(store: &Store, workspace: Option<&Path>) -> Result<String, CliError> {
+    let sessions = store.list().map_err(store_err)?;
+    let here = match workspace {
+        Some(w) => Some(w.to_path_buf()),
+        None => std::env::current_dir().ok(),
+    };
+    let here = here.map(|h| std::fs::canonicalize(&h).unwrap_or(h));
+    let same = |s: &&reins_store::SessionSummary| {
+        let (Some(here), Some(ws)) = (&here, &s.workspace) else { return false };
+        let ws = PathBuf::from(ws);
+        std::fs::canonicalize(&ws).unwrap_or(ws) == *here
+    };
+    if let Some(s) = sessions.iter().find(same) {
+        return Ok(s.id.clone());
+    }
+    let Some(newest) = sessions.first() else {
+        return Err(usage(format!("--continue: no session is recorded in {}", store.path().display())));
+    };
+    errln!(
+        "reins: no session was recorded in this workspace: continuing the newest session, {} (workspace {})",
+        newest.id,
+        newest.workspace.as_deref().unwrap_or("none")
+    );
+    Ok(newest.id.clone())
+}
+
+/// `reins sessions rm`: deletes each session not running; exit 2 when one was refused or unknown.
+fn remove(store: &Store, ids: &[String]) -> Result<u8, CliError> {
+    let mut failed = false;
+    for id in ids {
+        match delete_one(store, id) {
+            Ok(full) => outln!("deleted {full}"),
+            Err(why) => {
+                errln!("reins: error: {why}");
+                failed = true;
+            }
+        }
+    }
+    Ok(if failed { 2 } else { 0 })
+}
+
+/// Deletes one session unless a run of it is still going.
+fn delete_one(store: &Store, id: &str) -> Result<String, String> {
+    let summary = store.resolve(id).and_then(|full| store.summary(&full)).map_err(|e| store_err_text(&e))?;
+    if summary.status == "running"
+        && let reins_store::Liveness::Running(pid) = reins_store::liveness(store.path(), &summary.id)
+    {
+        let by = pid.map(|p| format!(" (process {p})")).unwrap_or_default();
+        return Err(format!("session {} is still running{by}: not deleted", summary.id));
+    }
+    store.delete(&summary.id).map_err(|e| store_err_text(&e))
+}
+
+fn store_err_text(e: &reins_store::StoreError) -> String {
+    match e {
+        reins_store::StoreError::NotFound(id) => format!("no session {id}"),
+        e => e.to_string(),
+    }
+}
+
+/// `reins sessions prune --older-than AGE`: deletes the sessions last written before now − AGE.
+fn prune(store: &Store, older_than: std::time::Duration, dry_run: bool) -> Result<u8, CliError> {
+    let cutoff = std::time::SystemTime::now().checked_sub(older_than).unwrap_or(std::time::UNIX_EPOCH);
+    let mut count = 0usize;
+    for s in store.list().map_err(store_err)? {
+        let Ok(updated) = humantime::parse_rfc3339_weak(&s.updated_at) else { continue };
+        if updated >= cutoff || s.status == "running" {
+            continue;
+        }
+        if dry_run {
+            outln!("would delete {} (last written {})", s.id, s.updated_at);
+            count += 1;
+            continue;
+        }
+        match delete_one(store, &s.id) {
+            Ok(id) => {
+                outln!("deleted {id} (last written {})", s.updated_at);
+                count += 1;
+            }
+            Err(why) => errln!("reins: warning: {why}"),
+        }
+    }
+    let verb = if dry_run { "would delete" } else { "deleted" };
+    errln!("reins: {verb} {count} session(s) last written more than {} ago", humantime::format_duration(older_than));
+    Ok(0)
 }
 
 /// The agent recorded with the last run of `session` (for a session recorded before agents were, the one its
@@ -235,6 +357,10 @@ pub fn sessions(args: SessionsArgs) -> Result<u8, CliError> {
             }
             crate::output::stdout_raw(&out);
             Ok(0)
+        }
+        SessionsCommand::Rm { ids, store } => remove(&open(store.store.as_deref())?, &ids),
+        SessionsCommand::Prune { older_than, dry_run, store } => {
+            prune(&open(store.store.as_deref())?, older_than, dry_run)
         }
         SessionsCommand::Backup { file, store } => {
             let store = open(store.store.as_deref())?;

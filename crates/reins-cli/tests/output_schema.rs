@@ -80,15 +80,26 @@ fn an_invalid_answer_goes_back_with_its_failures_and_the_model_recovers() {
 }
 
 #[test]
-fn without_a_valid_answer_the_outcome_output_is_null() {
+fn without_a_valid_answer_the_run_ends_output_invalid_exit_16_and_the_outcome_output_is_null() {
     let dir = Dir::new("schema-none");
     let schema = dir.file("schema.json", SCHEMA);
     let script = json!([{"content": "Lyon"}, {"content": "Lyon, really"}]);
-    let (out, outcome) = run(&dir, script, &["--output-schema", schema.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(0));
+    let (out, outcome) = run(&dir, script.clone(), &["--output-schema", schema.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(16), "{}", String::from_utf8_lossy(&out.stderr));
     let o = outcome.unwrap();
+    assert_eq!(o["status"], "output_invalid");
+    assert_eq!(o["answer"], "Lyon, really");
+    assert!(o["error"].as_str().unwrap().contains("did not match the output schema"), "{o}");
     assert_eq!(o["output"], Value::Null);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("output: none"), "{}", String::from_utf8_lossy(&out.stderr));
+    // The JSON events say so too: run_end's status, output_valid false, and the answer it kept.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("output: none") && stderr.contains("■ output_invalid"), "{stderr}");
+    let (json_out, _) = run(&dir, script, &["--json", "--output-schema", schema.to_str().unwrap()]);
+    assert_eq!(json_out.status.code(), Some(16));
+    let end = run_end(&json_out);
+    assert_eq!(end["status"], "output_invalid");
+    assert_eq!(end["output_valid"], false);
+    assert_eq!(end["answer"], "Lyon, really");
     // Without a schema the outcome still has the key.
     let (_, o) = run(&dir, json!([{"content": "x"}]), &[]);
     assert_eq!(o.unwrap().as_object().unwrap().get("output"), Some(&Value::Null));

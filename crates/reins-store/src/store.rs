@@ -602,6 +602,23 @@ impl Store {
             .collect()
     }
 
+    /// Deletes the session whose id is `id` or starts with `id` — its summary and its whole log — in one
+    /// transaction, and gives its full id. The caller makes sure no run of it is still going.
+    pub fn delete(&self, id: &str) -> Result<String, StoreError> {
+        let id = self.resolve(id)?;
+        let mut conn = self.connect(false)?;
+        let err = |e| StoreError::sqlite(&self.path, e);
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(err)?;
+        let key: Option<i64> =
+            tx.query_row("SELECT key FROM sessions WHERE id = ?1", [&id], |r| r.get(0)).optional().map_err(err)?;
+        let Some(key) = key else { return Err(StoreError::NotFound(id)) };
+        let (lo, hi) = schema::chunk_range(key);
+        tx.execute("DELETE FROM log WHERE id BETWEEN ?1 AND ?2", params![lo, hi]).map_err(err)?;
+        tx.execute("DELETE FROM sessions WHERE key = ?1", [key]).map_err(err)?;
+        tx.commit().map_err(err)?;
+        Ok(id)
+    }
+
     /// The full id of the session whose id is `id` or starts with `id`.
     pub fn resolve(&self, id: &str) -> Result<String, StoreError> {
         // Ids are UUIDs: anything longer, or with characters an id never has, names no session (and never

@@ -205,6 +205,13 @@ pub enum EventKind {
         /// Whether the final answer matched the run's output schema (absent when the run has none).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         output_valid: Option<bool>,
+        /// The final answer: the run's result, so carried whether or not content is opted in (absent when
+        /// the run gave none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<String>,
+        /// The validated output, when the final answer matched the output schema.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<serde_json::Value>,
     },
 }
 

@@ -37,6 +37,9 @@ pub enum Status {
     Truncated,
     /// The model refused, or a content filter cut its answer; what it said is kept.
     Refused,
+    /// The final answer did not match the output schema, even after the model was told once; its text is
+    /// kept as the answer and there is no output.
+    OutputInvalid,
 }
 
 impl Status {
@@ -55,6 +58,7 @@ impl Status {
             Status::CostLimit => "cost_limit",
             Status::Truncated => "truncated",
             Status::Refused => "refused",
+            Status::OutputInvalid => "output_invalid",
         }
     }
 }

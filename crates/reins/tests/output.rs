@@ -128,13 +128,14 @@ async fn plain_text_is_reminded_once_then_the_tool_answer_is_taken() {
 }
 
 #[tokio::test]
-async fn plain_text_twice_completes_without_output() {
+async fn plain_text_twice_ends_output_invalid_without_output() {
     let runs = Runs::default();
     let model = scripted(vec![answer("Paris"), answer("Still Paris")]);
     let schema = OutputSchema::new(city_schema()).unwrap();
     let (agent, events) = events_of(agent_with(model, &runs, Limits::default()).output_schema(schema));
     let o = run(&agent).await;
-    is_status(&o, Status::Completed);
+    assert_eq!(o.status, Status::OutputInvalid, "{o:?}");
+    assert!(o.error.as_deref().is_some_and(|e| e.contains("did not match the output schema")), "{:?}", o.error);
     assert_eq!(o.answer.as_deref(), Some("Still Paris"));
     assert_eq!(o.output, None);
     assert_eq!(output_valid(&events), Some(false));
@@ -252,7 +253,7 @@ async fn run_typed_without_output_says_how_the_run_ended() {
     let agent = agent_with(model, &runs, Limits::default()).build().unwrap();
     let err = agent.run_typed::<City>("which city?", CancellationToken::new()).await.unwrap_err();
     let TypedRunError::NoOutput(outcome) = &err else { panic!("{err:?}") };
-    assert_eq!(outcome.status, Status::Completed);
+    assert_eq!(outcome.status, Status::OutputInvalid);
     assert!(err.to_string().contains("without a valid output"), "{err}");
 }
 
@@ -269,7 +270,7 @@ async fn the_output_state_survives_serialization_mid_run() {
     assert_eq!(back.output_valid(), Some(false));
     // Told once already: a second plain answer ends the run.
     let adm = back.on_model_response(Ok(answer("plain again")), &registry, None, &ctx);
-    assert_eq!(adm, reins::Admission::Completed);
+    assert_eq!(adm, reins::Admission::Ended(Status::OutputInvalid));
     assert_eq!(back.outcome().output, None);
 }
 

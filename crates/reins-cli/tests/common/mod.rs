@@ -14,6 +14,9 @@ use serde_json::Value;
 /// user config.
 pub fn reins() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_reins"));
+    // No stdin of the test process: a prompt argument appends piped stdin, and a test that spawns the binary
+    // must not leave it waiting on the harness's own (a test that pipes its own sets it after this).
+    c.stdin(std::process::Stdio::null());
     c.env("REINS_STORE", std::env::temp_dir().join(format!("reins-cli-test-{}.db", std::process::id())));
     // No user config of the machine's user: a test that wants one sets XDG_CONFIG_HOME itself.
     c.env("XDG_CONFIG_HOME", std::env::temp_dir().join(format!("reins-cli-test-{}-no-config", std::process::id())));

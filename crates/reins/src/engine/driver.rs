@@ -1142,6 +1142,8 @@ impl Agent {
             error: outcome.error.clone(),
             session_id,
             output_valid: output.map(|_| outcome.output.is_some()),
+            answer: outcome.answer.clone(),
+            output: outcome.output.clone(),
         });
         if let Some(j) = &journal {
             if let Err(e) = j.finish(&outcome).await {

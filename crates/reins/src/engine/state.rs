@@ -983,8 +983,12 @@ impl RunState {
             return Ok(self.end(Status::ModelError, None, Some(e.to_string())));
         }
         if told {
-            // Told once already: the run ends with the text as its answer and no output.
-            return Ok(self.end(Status::Completed, Some(text), None));
+            // Told once already: the run ends with the text as its answer, no output, and a status of its own.
+            let detail = match &why {
+                Some(why) => format!("the final answer did not match the output schema: {why}"),
+                None => "the final answer did not match the output schema: it held no JSON value".to_owned(),
+            };
+            return Ok(self.end(Status::OutputInvalid, Some(text), Some(detail)));
         }
         if let Err(e) = self.transcript.push_user(reminder(why.as_deref()), counter) {
             return Ok(self.end(Status::ModelError, None, Some(format!("internal: {e}"))));

@@ -7,7 +7,8 @@
 //! config and its profiles, a recorded session, the agent file, flags: [`resolve`]), recorded with every
 //! session without their secrets, and built into a ready [`reins::Agent`] with [`AgentDef::build`].
 //!
-//! A real-provider agent with workspace tools (the README's example; the key comes from `OPENAI_API_KEY`):
+//! A real-provider agent with workspace tools (the library guide's example, docs/src/library.md; the key comes from
+//! `OPENAI_API_KEY`):
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {

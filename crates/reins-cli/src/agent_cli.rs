@@ -15,7 +15,8 @@ use crate::run::RunArgs;
 #[derive(Args, Debug, Default, Clone)]
 pub struct AgentFileFlags {
     /// An agent file (TOML): model, instructions, [provider], [limits], [context], [workspace], [commands],
-    /// [[presets]], [mcp.NAME] (see the README). Its relative paths are relative to it; every flag overrides it.
+    /// [[presets]], [mcp.NAME] (docs/src/agent-file.md). Its relative paths are relative to it; every flag overrides
+    /// it.
     #[arg(long = "agent", visible_alias = "config", value_name = "FILE")]
     pub agent: Option<PathBuf>,
     /// Picks the [profiles.NAME] table of the user config ($XDG_CONFIG_HOME/reins/config.toml, else

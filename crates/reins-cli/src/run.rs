@@ -19,7 +19,7 @@ pub struct RunArgs {
     /// The agent file and the user config's profile.
     #[command(flatten)]
     pub agent_file: crate::agent_cli::AgentFileFlags,
-    /// The model, as PROVIDER:NAME. `script:FILE.json` replays a script file (see the README).
+    /// The model, as PROVIDER:NAME. `script:FILE.json` replays a script file (docs/src/contracts.md).
     #[arg(long)]
     pub model: Option<String>,
     /// Adds the test tools `echo` and `fail`.

@@ -5,7 +5,7 @@
 //! decisions are recorded as `hook` events. A hook that fails fails closed: the call is denied, the result
 //! withheld, the answer not accepted.
 //!
-//! [`parse_answer`] reads the JSON answer of a command hook (the wire form, see the README).
+//! [`parse_answer`] reads the JSON answer of a command hook (the wire form, see the book: docs/src/approvals.md).
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};

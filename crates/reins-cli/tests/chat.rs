@@ -31,6 +31,8 @@ fn spawn(dir: &Dir, args: &[&str]) -> PtySession {
     let ws = dir.0.join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     let mut c: Command = reins();
+    // The pseudo-terminal is the chat's standard input (`reins()` gives other tests none).
+    c.stdin(std::process::Stdio::inherit());
     c.arg("chat")
         .arg("--store")
         .arg(dir.store())
@@ -491,4 +493,38 @@ fn history_is_kept_in_a_private_file_and_recalled_by_the_next_chat() {
     p.send_line("/exit").unwrap();
     p.exp_eof().unwrap();
     assert!(!file.exists());
+}
+
+/// Issue 22, item 13: `reins chat --resume ID` on the script that recorded the session goes on with its next turn
+/// (it answered with the first one again), and the chat's later turns take the turns after it.
+#[test]
+fn a_chat_resumed_on_its_script_continues_at_the_next_turn() {
+    let dir = Dir::new("chat-script-position");
+    let script = dir
+        .file("turns.json", &json!([{"content": "First."}, {"content": "Second."}, {"content": "Third."}]).to_string());
+    let model = format!("script:{}", script.display());
+    let out_file = dir.0.join("out.json");
+    let out = reins()
+        .args(["run", "--store"])
+        .arg(dir.store())
+        .args(["--model", &model, "--output"])
+        .arg(&out_file)
+        .arg("one")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let id = serde_json::from_str::<Value>(&read(&out_file)).unwrap()["session_id"].as_str().unwrap().to_owned();
+
+    let mut p = spawn(&dir, &["--model", &model, "--resume", &id]);
+    p.exp_string(&format!("continuing session {id}")).unwrap();
+    p.send_line("two").unwrap();
+    p.exp_string("Second.").unwrap();
+    p.send_line("three").unwrap();
+    p.exp_string("Third.").unwrap();
+    p.send_line("/exit").unwrap();
+    let tail = p.exp_eof().unwrap();
+    assert_eq!(exit_code(&p), 0, "{tail}");
+    let answers: Vec<String> =
+        transcript(&show(&dir, &id)).into_iter().filter(|(r, _)| r == "assistant").map(|(_, c)| c).collect();
+    assert_eq!(answers, ["First.", "Second.", "Third."]);
 }

@@ -94,6 +94,13 @@ fn tool_result(o: &Value, call: &str) -> (String, bool) {
     (m["content"].as_str().unwrap().to_owned(), m["is_error"] == true)
 }
 
+/// The binary for a pseudo-terminal (its standard input is the terminal's), with no user config.
+fn on_pty(dir: &Dir) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_reins"));
+    c.env("XDG_CONFIG_HOME", dir.0.join("no-config"));
+    c
+}
+
 fn written(dir: &Dir) -> Option<String> {
     std::fs::read_to_string(dir.0.join("ws/out.txt")).ok()
 }
@@ -264,7 +271,7 @@ timeout = "60s""#;
 fn reins_chat_asks_about_a_sub_agents_write_inline_by_its_default() {
     use rexpect::process::wait::WaitStatus;
     let (dir, agent) = setup("subpolicy-chat", "");
-    let mut c = reins();
+    let mut c = on_pty(&dir);
     c.args(["chat", "--agent"])
         .arg(&agent)
         .arg("--store")
@@ -293,7 +300,7 @@ fn reins_chat_asks_about_a_sub_agents_write_inline_by_its_default() {
 #[test]
 fn sigkill_while_a_sub_agents_question_is_asked_inline_then_reins_approve_finishes_it() {
     let (dir, agent) = setup("subpolicy-kill-asking", "approve = \"writes\"");
-    let mut c = reins();
+    let mut c = on_pty(&dir);
     c.args(["run", "go", "--agent"]).arg(&agent).arg("--store").arg(dir.store()).env("TERM", "xterm");
     let options = rexpect::reader::Options::new().timeout_ms(Some(60_000)).strip_ansi_escape_codes(true);
     let mut p = rexpect::session::spawn_with_options(c, options).unwrap();

@@ -98,8 +98,8 @@ pub struct PendingCall {
     pub result: Option<HeldResult>,
 }
 
-/// Which sub-agent run a waiting call belongs to: `{"agent", "parent_call_id", "run_id"}`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// Which sub-agent run a waiting call belongs to: `{"agent", "parent_call_id", "run_id", "spent"}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SubAgentCall {
     /// The sub-agent (its tool name in the parent).
     pub agent: String,
@@ -107,6 +107,9 @@ pub struct SubAgentCall {
     pub parent_call_id: String,
     /// The sub-agent's run that waits (its transcript is recorded under this id).
     pub run_id: String,
+    /// What its runs for the parent's call spent so far: its own limits count it when it continues.
+    #[serde(default)]
+    pub spent: crate::outcome::AgentTotals,
 }
 
 /// The result of a call that ran while its batch was stopped by a sub-agent's question: `{"content",

@@ -405,6 +405,40 @@ impl RunScope {
     }
 }
 
+/// `limits` (carved for a continued run) bounded by what the sub-agent's `own` limits have left after `spent`
+/// (its runs for the same call so far). An error when one of its own limits is used up.
+fn less(limits: &Limits, own: &Limits, spent: &AgentTotals) -> Result<Limits, String> {
+    let left = |own: Option<u64>, spent: u64| own.map(|m| m.saturating_sub(spent));
+    let min = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let mut out = limits.clone();
+    // Steps: the continued run counts its earlier responses (`RunState::count_earlier_steps`), so its limit is
+    // its own, or the parent's share plus those.
+    out.max_steps = match (own.max_steps, limits.max_steps) {
+        (Some(o), Some(l)) => Some(o.min(l.saturating_add(spent.steps))),
+        (None, l) => l.map(|l| l.saturating_add(spent.steps)),
+        (o, None) => o,
+    };
+    out.max_tool_calls = min(limits.max_tool_calls, left(own.max_tool_calls, spent.tool_calls));
+    let u = &spent.usage;
+    out.max_input_tokens = min(limits.max_input_tokens, left(own.max_input_tokens, u.input_tokens));
+    out.max_output_tokens = min(limits.max_output_tokens, left(own.max_output_tokens, u.output_tokens));
+    out.max_total_tokens = min(limits.max_total_tokens, left(own.max_total_tokens, u.total_tokens));
+    if [out.max_input_tokens, out.max_output_tokens, out.max_total_tokens].contains(&Some(0)) {
+        return Err("its own token limits are used up".into());
+    }
+    if let (Some(max), Some(cost)) = (own.max_cost_usd, spent.cost_usd) {
+        let rest = max - cost;
+        if rest <= 0.0 {
+            return Err(format!("its own max_cost_usd is used up (${cost:.6})"));
+        }
+        out.max_cost_usd = Some(out.max_cost_usd.map_or(rest, |c| c.min(rest)));
+    }
+    Ok(out)
+}
+
 /// Counts a sub-agent run's spending (and its own sub-agents') into the parent's ledger as its events come.
 struct Spend {
     scope: Arc<RunScope>,
@@ -565,10 +599,20 @@ impl Tool for AgentTool {
         };
         let context = self.agent.context();
         let run_id = uuid::Uuid::new_v4().to_string();
+        let mut spent = AgentTotals::default();
         let state = match resume {
-            // A run that waited for decisions, decided since: it continues with its batch.
-            Some(wait) => RunState::resume_pending(run_id, wait.messages, wait.pending, limits, context)
-                .map_err(|e| ToolError::failed(format!("sub-agent {:?} could not be continued: {e}", &*self.name)))?,
+            // A run that waited for decisions, decided since: it continues with its batch, under what its own
+            // limits have left after its runs so far.
+            Some(wait) => {
+                let failed =
+                    |e: String| ToolError::failed(format!("sub-agent {:?} could not be continued: {e}", &*self.name));
+                spent = wait.spent;
+                let limits = less(&limits, own, &spent).map_err(failed)?;
+                let mut state = RunState::resume_pending(run_id, wait.messages, wait.pending, limits, context)
+                    .map_err(|e| failed(e.to_string()))?;
+                state.count_earlier_steps(spent.steps);
+                state
+            }
             None => RunState::new(run_id, task, limits, context)
                 .map_err(|e| ToolError::failed(format!("sub-agent {:?} was not started: {e}", &*self.name)))?,
         }
@@ -597,12 +641,21 @@ impl Tool for AgentTool {
                 let waiting: Vec<&str> =
                     outcome.pending.iter().filter(|p| p.needs_decision()).map(|p| p.call_id.as_str()).collect();
                 let message = format!("sub-agent {:?} waits for decisions about {}", &*self.name, waiting.join(", "));
+                // Its steps are counted from its first run on (a continued run starts from the earlier ones).
+                spent.add(&AgentTotals {
+                    runs: 1,
+                    steps: outcome.steps.saturating_sub(spent.steps),
+                    tool_calls: outcome.tool_calls,
+                    usage: outcome.usage,
+                    cost_usd: outcome.cost_usd,
+                });
                 scope.ledger().waits.push(AgentWait {
                     agent: self.name.to_string(),
                     call_id: ctx.call_id.clone(),
                     run_id: outcome.run_id,
                     messages: outcome.messages,
                     pending: outcome.pending,
+                    spent,
                 });
                 Err(ToolError::failed(message))
             }

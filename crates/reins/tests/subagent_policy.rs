@@ -204,3 +204,33 @@ async fn a_parents_pre_tool_hook_judges_its_sub_agents_calls() {
     assert_eq!(child.get(), 0, "the parent's hook denied the sub-agent's call");
     assert_eq!(*hook.seen.lock().unwrap(), 1);
 }
+
+#[tokio::test]
+async fn a_sub_agents_own_limits_hold_across_its_questions() {
+    // Its own max_steps is 2: asked about each echo, it stops and is continued twice, yet gets no third response.
+    let (own, child) = (Runs::default(), Runs::default());
+    let approver = Arc::new(Recording { seen: Mutex::new(Vec::new()), approve: true });
+    let helper = Agent::builder_shared(scripted(vec![
+        calls(vec![echo_call("w1", "one")]),
+        calls(vec![echo_call("w2", "two")]),
+        answer("a third response it may not have"),
+    ]))
+    .registry(registry(&child))
+    .limits(Limits { max_steps: Some(2), ..Limits::unlimited() })
+    .build()
+    .unwrap();
+    let agent = Agent::builder_shared(scripted(vec![calls(vec![task("p1")]), answer("done")]))
+        .registry(
+            Registry::builder().tool(echo(&own)).tool(AgentTool::new("writer", "W.", helper).unwrap()).build().unwrap(),
+        )
+        .policy(ask_echo)
+        .approver(approver.clone())
+        .build()
+        .unwrap();
+    let o = run(&agent).await;
+    is_status(&o, Status::Completed);
+    assert_eq!(child.get(), 2, "both approved calls ran once");
+    let r = o.messages.iter().find(|m| m.role() == "tool").unwrap();
+    // As without the questions: two responses, then its step limit.
+    assert!(r.content().contains("ended step_limit") && r.content().contains("(max_steps 2)"), "{}", r.content());
+}

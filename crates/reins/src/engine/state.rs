@@ -301,6 +301,9 @@ pub struct AgentWait {
     pub messages: Vec<Message>,
     /// Its waiting batch.
     pub pending: Vec<PendingCall>,
+    /// What its runs for the parent's call spent so far (the waiting one included).
+    #[serde(default)]
+    pub spent: AgentTotals,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -1135,6 +1138,7 @@ impl RunState {
                         agent: a.agent.clone(),
                         parent_call_id: a.call_id.clone(),
                         run_id: a.run_id.clone(),
+                        spent: a.spent,
                     }),
                     ..p.clone()
                 })
@@ -1162,6 +1166,12 @@ impl RunState {
             })
             .collect();
         self.held = Held { results: kept, agents: waits };
+    }
+
+    /// A continued sub-agent run counts the model responses of its earlier runs for the same call (its own
+    /// `max_steps` holds across them).
+    pub(crate) fn count_earlier_steps(&mut self, steps: u64) {
+        self.steps = self.steps.saturating_add(steps);
     }
 
     /// The ids of the sub-agent runs the batch waits on whose transcripts are not known (a state rebuilt
@@ -1355,6 +1365,7 @@ impl RunState {
                     run_id: of.run_id,
                     messages: Vec::new(),
                     pending: vec![p],
+                    spent: of.spent,
                 }),
             }
         }

@@ -1,0 +1,534 @@
+//! Running an eval: every (epoch, case, agent) attempt in a fresh private workspace, recorded as a session,
+//! checked, and appended to the eval's record; resumable, concurrent, under a suite budget.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt as _;
+use futures_util::stream::FuturesUnordered;
+use tokio_util::sync::CancellationToken;
+
+use crate::check::{Check, CheckResult, Kind, Observed, Verifier, combine};
+use crate::error::EvalError;
+use crate::record::{AgentRecord, Attempt, EvalDir, EvalMeta, Options, now};
+use crate::suite::{Case, Suite, agent_for, load_agent};
+
+/// An eval ready to run (or to continue).
+pub struct Eval {
+    /// Its record.
+    pub dir: EvalDir,
+    /// What it is.
+    pub meta: EvalMeta,
+    suite: Suite,
+    /// The definition each (agent, case) runs, by agent index then case index.
+    defs: Vec<Vec<reins_agent::AgentDef>>,
+}
+
+/// How a call of [`Eval::run`] ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunEnd {
+    /// Attempts made by this call.
+    pub ran: usize,
+    /// Attempts found already done (a resume).
+    pub skipped: usize,
+    /// Why dispatch stopped early (the budget, a cancellation): the eval is resumable.
+    pub stopped: Option<String>,
+}
+
+/// Progress after each attempt.
+#[derive(Clone, Debug)]
+pub struct Progress<'a> {
+    /// The attempt that ended.
+    pub attempt: &'a Attempt,
+    /// Final attempts done (this eval, resumes included).
+    pub done: usize,
+    /// Attempts planned.
+    pub total: usize,
+    /// Passed among them.
+    pub passed: usize,
+    /// Cost so far.
+    pub cost_usd: f64,
+    /// Whether it will be retried (an infrastructure failure with retries left).
+    pub retrying: bool,
+}
+
+fn label_of(path: &Path, taken: &[String]) -> String {
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "agent".into());
+    let mut label = stem.clone();
+    let mut n = 2;
+    while taken.contains(&label) {
+        label = format!("{stem}-{n}");
+        n += 1;
+    }
+    label
+}
+
+fn definitions(suite: &Suite, agents: &[Option<PathBuf>]) -> Result<Vec<Vec<reins_agent::AgentDef>>, EvalError> {
+    let mut cache: BTreeMap<PathBuf, reins_agent::AgentDef> = BTreeMap::new();
+    let mut load = |p: &Path| -> Result<reins_agent::AgentDef, EvalError> {
+        if let Some(d) = cache.get(p) {
+            return Ok(d.clone());
+        }
+        let d = load_agent(p)?;
+        cache.insert(p.to_path_buf(), d.clone());
+        Ok(d)
+    };
+    let mut out = Vec::new();
+    for agent in agents {
+        let mut row = Vec::new();
+        for case in &suite.cases {
+            let path = case.own_agent.as_ref().or(agent.as_ref()).ok_or_else(|| EvalError::Suite {
+                file: case.origin.clone(),
+                key: Some("agent".into()),
+                message: format!(
+                    "case {:?} has no agent: name one in the suite (agent = FILE), the case, or --agent",
+                    case.id
+                ),
+            })?;
+            let def = agent_for(&load(path)?, case)?;
+            def.validate().map_err(|e| EvalError::Suite {
+                file: case.origin.clone(),
+                key: e.path.clone(),
+                message: format!("the agent of case {:?}: {}", case.id, e.message),
+            })?;
+            row.push(def);
+        }
+        out.push(row);
+    }
+    Ok(out)
+}
+
+/// A new eval id: `ev-` and twelve hex digits.
+fn new_id() -> String {
+    let u = uuid::Uuid::new_v4().simple().to_string();
+    format!("ev-{}", &u[..12])
+}
+
+impl Eval {
+    /// A new eval of the suite at `suite` with `agents` (none: the suite's default agent), recorded under `root`.
+    pub fn create(root: &Path, suite: &Path, agents: &[PathBuf], options: Options) -> Result<Eval, EvalError> {
+        let suite = Suite::load(suite)?;
+        let paths: Vec<Option<PathBuf>> = if agents.is_empty() {
+            vec![suite.agent.clone()]
+        } else {
+            agents.iter().map(|a| Some(reins_agent::absolute(a))).collect()
+        };
+        let defs = definitions(&suite, &paths)?;
+        let mut records: Vec<AgentRecord> = Vec::new();
+        for p in &paths {
+            let taken: Vec<String> = records.iter().map(|r| r.label.clone()).collect();
+            records.push(AgentRecord {
+                label: p.as_deref().map_or_else(|| "cases".into(), |p| label_of(p, &taken)),
+                path: p.as_ref().map(|p| p.display().to_string()),
+                text: p.as_ref().and_then(|p| std::fs::read_to_string(p).ok()),
+            });
+        }
+        let meta = EvalMeta {
+            id: new_id(),
+            created_at: now(),
+            suite: suite.path.display().to_string(),
+            suite_name: suite.name.clone(),
+            suite_text: suite.text.clone(),
+            cases: suite.cases.iter().map(|c| c.id.clone()).collect(),
+            agents: records,
+            options,
+            reins_version: env!("CARGO_PKG_VERSION").into(),
+        };
+        let dir = EvalDir::create(root, &meta)?;
+        Ok(Eval { dir, meta, suite, defs })
+    }
+
+    /// The recorded eval `id` under `root`, its suite and agent files read again (they must not have changed).
+    pub fn open(root: &Path, id: &str) -> Result<Eval, EvalError> {
+        let (dir, meta) = EvalDir::open(root, id)?;
+        let suite = Suite::load(Path::new(&meta.suite))?;
+        if suite.text != meta.suite_text {
+            return Err(EvalError::Record {
+                id: meta.id.clone(),
+                message: format!("the suite {} changed since the eval started: start a new eval", meta.suite),
+            });
+        }
+        for a in &meta.agents {
+            if let Some(p) = &a.path {
+                if std::fs::read_to_string(p).ok() != a.text {
+                    return Err(EvalError::Record {
+                        id: meta.id.clone(),
+                        message: format!("the agent file {p} changed since the eval started: start a new eval"),
+                    });
+                }
+            }
+        }
+        let paths: Vec<Option<PathBuf>> = meta.agents.iter().map(|a| a.path.as_ref().map(PathBuf::from)).collect();
+        let defs = definitions(&suite, &paths)?;
+        Ok(Eval { dir, meta, suite, defs })
+    }
+
+    /// The suite.
+    pub fn suite(&self) -> &Suite {
+        &self.suite
+    }
+
+    /// Runs every attempt not yet done, `options.jobs` at once, recording each in `store` and in the eval's
+    /// record. Stops dispatching when the budget is spent or `cancel` is cancelled (attempts in flight then end
+    /// `aborted` and are not recorded as done: a resume runs them again).
+    pub async fn run(
+        &self,
+        store: &reins_store::Store,
+        cancel: &CancellationToken,
+        progress: &mut dyn FnMut(&Progress<'_>),
+    ) -> Result<RunEnd, EvalError> {
+        let options = &self.meta.options;
+        let previous = self.dir.attempts()?;
+        let mut tries: BTreeMap<(usize, String, u32), (u32, bool)> = BTreeMap::new();
+        let mut spent = 0.0;
+        let mut tokens = 0u64;
+        for a in &previous {
+            let e = tries.entry((a.agent, a.case.clone(), a.epoch)).or_insert((0, false));
+            e.0 = e.0.max(a.try_number);
+            e.1 = a.infra.is_none() || a.try_number > options.retry_infra;
+            spent += cost_of(a);
+            tokens += tokens_of(a);
+        }
+        let mut plan = VecDeque::new();
+        for epoch in 1..=options.epochs {
+            for (ci, case) in self.suite.cases.iter().enumerate() {
+                for agent in 0..self.meta.agents.len() {
+                    plan.push_back((agent, ci, epoch, case.id.clone()));
+                }
+            }
+        }
+        let total = plan.len();
+        let skipped = plan.iter().filter(|(a, _, e, id)| tries.get(&(*a, id.clone(), *e)).is_some_and(|t| t.1)).count();
+        let mut done = skipped;
+        let mut passed = final_attempts(&previous).iter().filter(|a| a.passed && a.infra.is_none()).count();
+        plan.retain(|(a, _, e, id)| !tries.get(&(*a, id.clone(), *e)).is_some_and(|t| t.1));
+        let mut retries: VecDeque<(usize, usize, u32, String)> = VecDeque::new();
+        let mut inflight = FuturesUnordered::new();
+        let mut ran = 0;
+        let mut stopped = None;
+        let jobs = options.jobs.max(1);
+        loop {
+            while inflight.len() < jobs && stopped.is_none() {
+                if cancel.is_cancelled() {
+                    stopped = Some("cancelled".to_owned());
+                    break;
+                }
+                if let Some(max) = options.max_cost_usd {
+                    if spent >= max && (!plan.is_empty() || !retries.is_empty()) {
+                        stopped =
+                            Some(format!("the suite budget of ${max} is spent (${spent:.4}): no new attempt started"));
+                        break;
+                    }
+                }
+                if let Some(max) = options.max_tokens {
+                    if tokens >= max && (!plan.is_empty() || !retries.is_empty()) {
+                        stopped = Some(format!(
+                            "the suite budget of {max} tokens is spent ({tokens}): no new attempt started"
+                        ));
+                        break;
+                    }
+                }
+                let Some((agent, ci, epoch, id)) = retries.pop_front().or_else(|| plan.pop_front()) else { break };
+                let key = (agent, id.clone(), epoch);
+                let try_number = tries.get(&key).map_or(0, |t| t.0) + 1;
+                tries.insert(key, (try_number, false));
+                let job = AttemptJob {
+                    eval: self.meta.id.clone(),
+                    label: self.meta.agents[agent].label.clone(),
+                    agent,
+                    case: self.suite.cases[ci].clone(),
+                    epoch,
+                    try_number,
+                    def: self.defs[agent][ci].clone(),
+                    keep: options.keep,
+                };
+                let store = store.clone();
+                let cancel = cancel.clone();
+                inflight.push(async move { (ci, job.run(&store, &cancel).await) });
+            }
+            let Some((ci, attempt)) = inflight.next().await else { break };
+            let Some(attempt) = attempt else { continue };
+            self.dir.append(&attempt)?;
+            ran += 1;
+            spent += cost_of(&attempt);
+            tokens += tokens_of(&attempt);
+            let retrying = attempt.infra.is_some() && attempt.try_number <= options.retry_infra;
+            if retrying {
+                retries.push_back((attempt.agent, ci, attempt.epoch, attempt.case.clone()));
+            } else {
+                done += 1;
+                if attempt.passed && attempt.infra.is_none() {
+                    passed += 1;
+                }
+                if let Some(t) = tries.get_mut(&(attempt.agent, attempt.case.clone(), attempt.epoch)) {
+                    t.1 = true;
+                }
+            }
+            progress(&Progress { attempt: &attempt, done, total, passed, cost_usd: spent, retrying });
+        }
+        if stopped.is_none() && cancel.is_cancelled() {
+            stopped = Some("cancelled".to_owned());
+        }
+        Ok(RunEnd { ran, skipped, stopped })
+    }
+}
+
+fn cost_of(a: &Attempt) -> f64 {
+    a.observed.as_ref().and_then(|o| o.cost_usd).unwrap_or(0.0)
+}
+
+fn tokens_of(a: &Attempt) -> u64 {
+    a.observed.as_ref().map_or(0, |o| o.input_tokens + o.output_tokens)
+}
+
+/// The final attempt of each (agent, case, epoch): the last try.
+pub fn final_attempts(attempts: &[Attempt]) -> Vec<Attempt> {
+    let mut last: BTreeMap<(usize, String, u32), Attempt> = BTreeMap::new();
+    for a in attempts {
+        let key = (a.agent, a.case.clone(), a.epoch);
+        if last.get(&key).is_none_or(|b| b.try_number <= a.try_number) {
+            last.insert(key, a.clone());
+        }
+    }
+    last.into_values().collect()
+}
+
+struct AttemptJob {
+    eval: String,
+    label: String,
+    agent: usize,
+    case: Case,
+    epoch: u32,
+    try_number: u32,
+    def: reins_agent::AgentDef,
+    keep: bool,
+}
+
+impl AttemptJob {
+    fn blank(&self, started_at: String) -> Attempt {
+        Attempt {
+            agent: self.agent,
+            case: self.case.id.clone(),
+            epoch: self.epoch,
+            try_number: self.try_number,
+            session_id: None,
+            observed: None,
+            checks: Vec::new(),
+            score: 0.0,
+            passed: false,
+            infra: None,
+            workspace: None,
+            started_at,
+            duration_ms: 0,
+        }
+    }
+
+    /// Runs the attempt; `None` when it was cancelled (not done).
+    async fn run(mut self, store: &reins_store::Store, cancel: &CancellationToken) -> Option<Attempt> {
+        let t0 = Instant::now();
+        let mut attempt = self.blank(now());
+        let infra = |mut a: Attempt, why: String, t0: Instant| {
+            a.infra = Some(why);
+            a.duration_ms = millis(t0.elapsed());
+            Some(a)
+        };
+        let root = match tempfile::Builder::new().prefix("reins-eval-").tempdir() {
+            Ok(r) => r,
+            Err(e) => return infra(attempt, format!("cannot make the attempt's directory: {e}"), t0),
+        };
+        let workspace = root.path().join("workspace");
+        let made = match &self.case.workspace {
+            Some(fixture) => {
+                copy_dir(fixture, &workspace).map_err(|e| format!("cannot copy the fixture {}: {e}", fixture.display()))
+            }
+            None => std::fs::create_dir(&workspace).map_err(|e| format!("cannot make the workspace: {e}")),
+        };
+        if let Err(why) = made {
+            return infra(attempt, why, t0);
+        }
+        self.def.workspace.path = Some(workspace.clone());
+        let parts = match self.def.parts().await {
+            Ok(p) => p,
+            Err(e) => return infra(attempt, format!("cannot build the agent: {e}"), t0),
+        };
+        let mut meta = parts.session_meta();
+        if let Some(config) = meta.config.as_mut().and_then(|c| c.as_object_mut()) {
+            config.insert(
+                "eval".into(),
+                serde_json::json!({"id": self.eval, "agent": self.label, "case": self.case.id, "epoch": self.epoch, "try": self.try_number}),
+            );
+        }
+        let agent = match parts
+            .builder()
+            .map(|b| b.journal(store.journal(meta)))
+            .and_then(|b| b.build().map_err(|e| reins_agent::BuildError::Invalid(e.to_string())))
+        {
+            Ok(a) => a,
+            Err(e) => return infra(attempt, format!("cannot build the agent: {e}"), t0),
+        };
+        let started = Instant::now();
+        let outcome = agent.run(&self.case.prompt, cancel.clone()).await;
+        let ran_for = started.elapsed();
+        if let Some(mcp) = &parts.mcp {
+            mcp.shutdown().await;
+        }
+        if cancel.is_cancelled() {
+            return None;
+        }
+        let seen = Observed::from_outcome(&outcome, ran_for);
+        attempt.session_id = outcome.session_id.clone();
+        let mut results = Vec::new();
+        for check in &self.case.checks {
+            match &check.kind {
+                Kind::Verifier(v) => match verify(check, v, &workspace, root.path(), &self.case.id).await {
+                    Ok(r) => results.push(r),
+                    Err(why) => {
+                        attempt.observed = Some(seen);
+                        attempt.checks = results;
+                        return infra(attempt, why, t0);
+                    }
+                },
+                _ => results.push(check.score(&seen)),
+            }
+        }
+        if self.case.checks.is_empty() {
+            let ok = seen.status == "completed";
+            results.push(CheckResult {
+                kind: "status".into(),
+                score: if ok { 1.0 } else { 0.0 },
+                passed: ok,
+                reason: format!("ended {} (a case without checks passes when its run completes)", seen.status),
+                weight: 1.0,
+            });
+        }
+        let (score, passed) = combine(&results);
+        attempt.observed = Some(seen);
+        attempt.checks = results;
+        attempt.score = score;
+        attempt.passed = passed;
+        if self.keep {
+            attempt.workspace = Some(root.keep().join("workspace").display().to_string());
+        }
+        attempt.duration_ms = millis(t0.elapsed());
+        Some(attempt)
+    }
+}
+
+/// Rescoring `seen` with `checks` (none run a verifier: those keep `recorded`'s result).
+pub fn rescore(checks: &[Check], seen: &Observed, recorded: &[CheckResult]) -> Vec<CheckResult> {
+    let mut out = Vec::new();
+    for c in checks {
+        match &c.kind {
+            Kind::Verifier(_) => match recorded.iter().find(|r| r.kind == c.name) {
+                Some(r) => out.push(r.clone()),
+                None => out.push(c.score(seen)),
+            },
+            _ => out.push(c.score(seen)),
+        }
+    }
+    out
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Runs the verifier after the agent: its files copied beside (never into) the workspace, its command run in
+/// the workspace. `Err` is an infrastructure failure (it could not start, was killed, timed out, or wrote a
+/// malformed reward file).
+async fn verify(check: &Check, v: &Verifier, workspace: &Path, root: &Path, case: &str) -> Result<CheckResult, String> {
+    let vdir = root.join("verifier");
+    match &v.files {
+        Some(files) => {
+            copy_dir(files, &vdir).map_err(|e| format!("cannot copy the verifier's files {}: {e}", files.display()))?
+        }
+        None => std::fs::create_dir(&vdir).map_err(|e| format!("cannot make the verifier's directory: {e}"))?,
+    }
+    let logs = root.join("logs");
+    std::fs::create_dir(&logs).map_err(|e| format!("cannot make the verifier's log directory: {e}"))?;
+    let fill = |s: &str| {
+        s.replace("{verifier}", &vdir.display().to_string())
+            .replace("{workspace}", &workspace.display().to_string())
+            .replace("{logs}", &logs.display().to_string())
+    };
+    let program = fill(&v.command[0]);
+    let mut cmd = tokio::process::Command::new(&program);
+    cmd.args(v.command[1..].iter().map(|a| fill(a)))
+        .current_dir(workspace)
+        .env("REINS_EVAL_VERIFIER", &vdir)
+        .env("REINS_EVAL_LOGS", &logs)
+        .env("REINS_EVAL_WORKSPACE", workspace)
+        .env("REINS_EVAL_CASE", case)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let child = cmd.spawn().map_err(|e| format!("the verifier {program:?} could not start: {e}"))?;
+    let output = match tokio::time::timeout(v.timeout, child.wait_with_output()).await {
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => return Err(format!("the verifier failed: {e}")),
+        Err(_) => return Err(format!("the verifier ran longer than {}", humantime::format_duration(v.timeout))),
+    };
+    let Some(code) = output.status.code() else {
+        return Err(format!("the verifier crashed ({})", output.status));
+    };
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let last = stderr
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(|l| format!(": {}", crate::check::preview(l.trim())))
+        .unwrap_or_default();
+    let (score, how) = if let Ok(text) = std::fs::read_to_string(logs.join("reward.txt")) {
+        let x: f64 = text.trim().parse().map_err(|_| {
+            format!("the verifier's reward.txt is not a number: {:?}", crate::check::preview(text.trim()))
+        })?;
+        (x, format!("reward {x}"))
+    } else if let Ok(text) = std::fs::read_to_string(logs.join("reward.json")) {
+        let v: BTreeMap<String, f64> = serde_json::from_str(&text)
+            .map_err(|e| format!("the verifier's reward.json is not an object of named numbers: {e}"))?;
+        if v.is_empty() {
+            return Err("the verifier's reward.json is empty".into());
+        }
+        let x = v.get("reward").copied().unwrap_or_else(|| v.values().sum::<f64>() / v.len() as f64);
+        (x, format!("reward {x} ({})", v.iter().map(|(k, x)| format!("{k}={x}")).collect::<Vec<_>>().join(", ")))
+    } else {
+        (if code == 0 { 1.0 } else { 0.0 }, format!("exit {code}"))
+    };
+    if !score.is_finite() {
+        return Err(format!("the verifier's reward is not a finite number: {score}"));
+    }
+    let score = score.clamp(0.0, 1.0);
+    let passed = score >= v.threshold;
+    Ok(CheckResult {
+        kind: check.name.clone(),
+        score,
+        passed,
+        reason: format!("verifier {how}{last}"),
+        weight: check.weight,
+    })
+}
+
+/// Copies the directory `from` to `to` (made, private), files, directories and symbolic links alike.
+pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new().mode(0o700).create(to)?;
+    let mut stack = vec![(from.to_path_buf(), to.to_path_buf())];
+    while let Some((src, dst)) = stack.pop() {
+        for entry in std::fs::read_dir(&src)? {
+            let entry = entry?;
+            let ty = entry.file_type()?;
+            let target = dst.join(entry.file_name());
+            if ty.is_dir() {
+                std::fs::create_dir(&target)?;
+                stack.push((entry.path(), target));
+            } else if ty.is_symlink() {
+                std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &target)?;
+            } else {
+                std::fs::copy(entry.path(), &target)?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -517,3 +517,31 @@ fn a_script_continues_across_approve_and_resume_at_the_turns_recorded() {
     assert_eq!(o["answer"], "and again", "{o}");
     assert_eq!(runs(&ws), 1);
 }
+
+#[test]
+fn a_hook_gets_a_scrubbed_environment_without_reins_keys() {
+    let (dir, ws) = setup("hooks-env");
+    let h = sh_hook(&dir, "env.sh", "pre_tool", None, "env > hook-env.txt\necho '{\"decision\":\"allow\"}'\n", "10s");
+    let agent =
+        dir.file("agent.toml", &format!("test_tools = true\n[workspace]\npath = {:?}\n{h}", ws.display().to_string()));
+    let script_file = dir.file("script-env.json", &echo_script("hi").to_string());
+    let out = reins()
+        .args(["run", "go", "--agent"])
+        .arg(&agent)
+        .arg("--model")
+        .arg(format!("script:{}", script_file.display()))
+        .arg("--store")
+        .arg(dir.store())
+        .env("OPENAI_API_KEY", "sk-hook-must-not-see-this")
+        .env("REINS_TEST_PLAIN_VARIABLE", "not-allowed-either")
+        .env("HOME", dir.0.display().to_string())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let env = std::fs::read_to_string(ws.join("hook-env.txt")).expect("the hook ran");
+    assert!(!env.contains("sk-hook-must-not-see-this"), "the hook saw the API key:\n{env}");
+    assert!(!env.contains("REINS_TEST_PLAIN_VARIABLE"), "the hook got a variable outside the allow list:\n{env}");
+    // What a program needs to run is still there.
+    assert!(env.lines().any(|l| l.starts_with("PATH=")), "{env}");
+    assert!(env.lines().any(|l| l.starts_with("HOME=")), "{env}");
+}

@@ -1,7 +1,8 @@
 //! Command hooks: a `[[hooks]]` entry of an agent file as a [`reins::Hook`]. The program (an argv, never
 //! run through a shell) gets one JSON object on its standard input and answers one on its standard output
 //! (see [`reins::hook::parse_answer`]). It runs in its own process group, in the workspace (when there is
-//! one), with the caller's environment; its output is read up to a cap; on its timeout, the run's
+//! one), with a scrubbed environment (the safe variables a preset gets, [`reins::secrets::DEFAULT_ENV_ALLOW`]
+//! less anything secret-looking: no API key); its output is read up to a cap; on its timeout, the run's
 //! cancellation or when the call is dropped the whole group is killed, and when Reins dies (even by
 //! `kill -9`) its watcher kills it ([`crate::lifeline`]). A hook that cannot be started, exits
 //! with a failure, times out, prints too much or answers garbage is an error: the driver fails closed.
@@ -63,7 +64,15 @@ impl CommandHook {
     pub async fn ask(&self, input: &Value, cancel: &CancellationToken) -> Result<HookAnswer, HookError> {
         let program = &self.argv[0];
         let mut cmd = tokio::process::Command::new(program);
+        // Only the variables a preset gets by default: a hook is told what it decides on, never Reins' keys.
+        let environment = reins::secrets::child_environment(
+            reins::secrets::DEFAULT_ENV_ALLOW.iter().copied(),
+            &std::collections::BTreeSet::new(),
+            &std::collections::BTreeMap::new(),
+        );
         cmd.args(&self.argv[1..])
+            .env_clear()
+            .envs(environment)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -1015,9 +1015,11 @@ impl Agent {
                     let mut slots: Vec<Slot> = vec![Slot::default(); batch.len()];
                     // Calls that ran before a sub-agent of the batch stopped it for a decision keep their
                     // results and do not run again.
-                    for (i, slot) in slots.iter_mut().enumerate() {
-                        if let Some(r) = admitted.held_result(i) {
-                            (slot.result, slot.started, slot.reported) = (Some(r), true, true);
+                    if admitted.has_held() {
+                        for (i, slot) in slots.iter_mut().enumerate() {
+                            if let Some(r) = admitted.held_result(i) {
+                                (slot.result, slot.started, slot.reported) = (Some(r), true, true);
+                            }
                         }
                     }
                     // Sub-agent calls get the run's budget left and report what they spend (see `subagent`).

@@ -92,6 +92,12 @@ impl<'a> Batch<'a> {
         Some(CallResult::text(r.content.clone(), r.is_error))
     }
 
+    /// True when some of the batch ran before a sub-agent of it stopped it for a decision (see
+    /// [`Batch::held_result`], [`Batch::agent_waits`]).
+    pub fn has_held(&self) -> bool {
+        !self.held.is_empty()
+    }
+
     /// The sub-agent runs of the batch that waited for decisions, now decided: each to be continued by its
     /// parent call.
     pub fn agent_waits(&self) -> &'a [AgentWait] {
@@ -1490,7 +1496,9 @@ impl RunState {
         else {
             return;
         };
-        self.held = Held::default();
+        if !self.held.is_empty() {
+            self.held = Held::default();
+        }
         let counter = ctx.counter.as_ref();
         let mut results = results.into_iter();
         let mut texts: Vec<(String, String, bool, Vec<Image>)> = self

@@ -41,6 +41,7 @@ mod approve_cli;
 mod chat;
 mod demo;
 mod durable_cli;
+mod eval_cli;
 mod exit;
 mod history;
 mod instructions_cli;
@@ -113,6 +114,8 @@ enum Command {
     Result(durable_cli::IdArgs),
     /// Cancel a durable run: it ends `aborted` at its next step, its transcript coherent.
     Cancel(durable_cli::IdArgs),
+    /// Evals: `reins eval run|resume|show|diff` — suites of cases scored by checks, compared with statistics.
+    Eval(eval_cli::EvalArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -153,6 +156,7 @@ fn main() -> std::process::ExitCode {
             Command::Status(args) => durable_cli::status(args).await,
             Command::Result(args) => durable_cli::result(args).await,
             Command::Cancel(args) => durable_cli::cancel(args).await,
+            Command::Eval(args) => eval_cli::eval(args).await,
         }
     });
     // The spans not sent yet, before the runtime goes (a gRPC exporter runs on it); bounded.

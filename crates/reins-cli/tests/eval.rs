@@ -1,0 +1,532 @@
+//! `reins eval` through the real binary, offline with script models: checks of every kind, epochs and their
+//! reducers, the hidden verifier, kill -9 then resume, an A/B comparison, the suite budget, infrastructure
+//! failures kept apart, the reports and the exit codes.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use common::{Dir, reins};
+use serde_json::{Value, json};
+
+/// A script file: each turn a response.
+fn script(dir: &Dir, name: &str, turns: Value) -> PathBuf {
+    dir.file(name, &turns.to_string())
+}
+
+/// An agent file of a script model at $1 per million input and $2 per million output tokens.
+fn agent(dir: &Dir, name: &str, script: &str) -> PathBuf {
+    dir.file(
+        name,
+        &format!("model = \"script:{script}\"\ntest_tools = true\n[provider.price]\ninput_per_mtok = 1.0\noutput_per_mtok = 2.0\n"),
+    )
+}
+
+fn answer(text: &str) -> Value {
+    json!([{"content": text, "usage": {"input_tokens": 100, "output_tokens": 10}}])
+}
+
+fn eval(dir: &Dir, args: &[&str]) -> Output {
+    reins().arg("eval").args(args).arg("--store").arg(dir.store()).output().unwrap()
+}
+
+fn json_of(o: &Output) -> Value {
+    let text = String::from_utf8_lossy(&o.stdout);
+    serde_json::from_str(text.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {text}\nstderr: {}", String::from_utf8_lossy(&o.stderr)))
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The attempts recorded for the eval `id`.
+fn attempts(dir: &Dir, id: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(dir.0.join("evals").join(id).join("attempts.jsonl")).unwrap();
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn checks_of(attempt: &Value) -> Vec<(String, bool, String)> {
+    attempt["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap().to_owned(),
+                c["passed"].as_bool().unwrap(),
+                c["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+const EVERY_CHECK: &str = r#"
+[[cases.checks]]
+kind = "equals"
+value = '{"answer": 42, "name": "hello world"}'
+[[cases.checks]]
+kind = "contains"
+value = "HELLO"
+ignore_case = true
+[[cases.checks]]
+kind = "regex"
+pattern = '"answer":\s*42'
+[[cases.checks]]
+kind = "json_schema"
+schema = { type = "object", required = ["answer"], properties = { answer = { type = "integer" } } }
+[[cases.checks]]
+kind = "json_pointer"
+pointer = "/answer"
+value = 42
+[[cases.checks]]
+kind = "tool_called"
+tool = "write_file"
+arguments = { path = "out.txt" }
+[[cases.checks]]
+kind = "tool_not_called"
+tool = "fail"
+[[cases.checks]]
+kind = "tool_order"
+tools = ["echo", "write_file"]
+[[cases.checks]]
+kind = "max_steps"
+max = 3
+[[cases.checks]]
+kind = "max_tool_calls"
+max = 2
+[[cases.checks]]
+kind = "max_cost_usd"
+max = 0.01
+[[cases.checks]]
+kind = "max_duration"
+max = "10m"
+[[cases.checks]]
+kind = "status"
+value = "completed"
+[[cases.checks]]
+kind = "verifier"
+command = ["sh", "{verifier}/test.sh"]
+files = "tests"
+"#;
+
+/// The other way: every check fails on the same run.
+const EVERY_CHECK_FAILING: &str = r#"
+[[cases.checks]]
+kind = "equals"
+value = "something else"
+[[cases.checks]]
+kind = "contains"
+value = "HELLO"
+[[cases.checks]]
+kind = "regex"
+pattern = '^\d+$'
+[[cases.checks]]
+kind = "json_schema"
+schema = { type = "object", required = ["missing"] }
+[[cases.checks]]
+kind = "json_pointer"
+pointer = "/answer"
+value = 43
+[[cases.checks]]
+kind = "tool_called"
+tool = "write_file"
+arguments = { path = "other.txt" }
+[[cases.checks]]
+kind = "tool_not_called"
+tool = "echo"
+[[cases.checks]]
+kind = "tool_order"
+tools = ["write_file", "echo"]
+[[cases.checks]]
+kind = "max_steps"
+max = 1
+[[cases.checks]]
+kind = "max_tool_calls"
+max = 1
+[[cases.checks]]
+kind = "max_cost_usd"
+max = 0.0000001
+[[cases.checks]]
+kind = "status"
+value = "step_limit"
+[[cases.checks]]
+kind = "verifier"
+command = ["sh", "{verifier}/wrong.sh"]
+files = "tests"
+"#;
+
+/// The run both cases make: echo, write out.txt, answer in JSON.
+fn worker_script(dir: &Dir) {
+    script(
+        dir,
+        "work.json",
+        json!([
+            {"content": "", "tool_calls": [
+                {"id": "1", "name": "echo", "arguments": {"text": "hi"}},
+                {"id": "2", "name": "write_file", "arguments": {"path": "out.txt", "content": "42"}}],
+             "usage": {"input_tokens": 100, "output_tokens": 10}},
+            {"content": "{\"answer\": 42, \"name\": \"hello world\"}", "usage": {"input_tokens": 120, "output_tokens": 12}}
+        ]),
+    );
+    agent(dir, "worker.toml", "work.json");
+    std::fs::create_dir_all(dir.0.join("fixture")).unwrap();
+    dir.file("fixture/seed.txt", "seed\n");
+    std::fs::create_dir_all(dir.0.join("tests")).unwrap();
+    // The verifier sees the workspace the agent left: out.txt holds 42 and the fixture's seed is there.
+    dir.file(
+        "tests/test.sh",
+        "[ \"$(cat out.txt)\" = 42 ] && [ -f seed.txt ] && echo 1 > \"$REINS_EVAL_LOGS/reward.txt\" || echo 0 > \"$REINS_EVAL_LOGS/reward.txt\"\n",
+    );
+    dir.file("tests/wrong.sh", "echo '{\"tests\": 0.5, \"lint\": 0.0}' > \"$REINS_EVAL_LOGS/reward.json\"\n");
+}
+
+#[test]
+fn checks_of_every_kind_pass_and_fail_as_they_should() {
+    let dir = Dir::new("eval-checks");
+    worker_script(&dir);
+    let suite = format!(
+        "agent = \"worker.toml\"\n[[cases]]\nid = \"good\"\nprompt = \"work\"\nworkspace = \"fixture\"\n{EVERY_CHECK}\n[[cases]]\nid = \"bad\"\nprompt = \"work\"\nworkspace = \"fixture\"\n{EVERY_CHECK_FAILING}"
+    );
+    let suite = dir.file("suite.toml", &suite);
+    let junit = dir.0.join("junit.xml");
+    let o = eval(&dir, &["run", suite.to_str().unwrap(), "--json", "--junit", junit.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(20), "a failed case is exit 20: {}", stderr(&o));
+    let summary = json_of(&o);
+    let id = summary["id"].as_str().unwrap();
+    let cases = &summary["agents"][0]["cases"];
+    assert_eq!(cases[0]["id"], "good");
+    assert_eq!(cases[0]["passed"], true, "{cases}");
+    assert_eq!(cases[1]["passed"], false);
+    let recorded = attempts(&dir, id);
+    let good = recorded.iter().find(|a| a["case"] == "good").unwrap();
+    let bad = recorded.iter().find(|a| a["case"] == "bad").unwrap();
+    for (kind, passed, reason) in checks_of(good) {
+        assert!(passed, "{kind} should pass: {reason}");
+    }
+    assert_eq!(checks_of(good).len(), 14);
+    assert_eq!(good["score"], 1.0);
+    let bad_checks = checks_of(bad);
+    assert_eq!(bad_checks.len(), 13);
+    for (kind, passed, reason) in &bad_checks {
+        assert!(!passed, "{kind} should fail: {reason}");
+    }
+    // The verifier's reward.json: its named numbers, "reward" absent, so their mean.
+    let verifier = bad["checks"].as_array().unwrap().last().unwrap();
+    assert_eq!(verifier["score"], 0.25, "{verifier}");
+    assert!(verifier["reason"].as_str().unwrap().contains("lint=0"), "{verifier}");
+    // A weighted score: 0.25 over 13 equal weights.
+    assert!((bad["score"].as_f64().unwrap() - 0.25 / 13.0).abs() < 1e-9, "{bad}");
+    // Each attempt is a session tagged with the eval, the case and the epoch.
+    let store = reins_store::Store::open(dir.store()).unwrap();
+    let session = store.load(good["session_id"].as_str().unwrap()).unwrap();
+    let runs = session.runs().unwrap();
+    let tag = &runs[0].start.config.as_ref().unwrap()["eval"];
+    assert_eq!(tag["id"], id);
+    assert_eq!(tag["case"], "good");
+    assert_eq!(tag["epoch"], 1);
+    // JUnit: one testcase per case, the failed one with a failure.
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert_eq!(xml.matches("<testcase ").count(), 2, "{xml}");
+    assert_eq!(xml.matches("<failure ").count(), 1, "{xml}");
+    assert!(xml.contains("name=\"bad\""), "{xml}");
+}
+
+#[test]
+fn the_agent_never_sees_the_verifier_files() {
+    let dir = Dir::new("eval-hidden");
+    std::fs::create_dir_all(dir.0.join("tests")).unwrap();
+    let secret = dir.file("tests/test.sh", "echo secret-check; exit 0\n");
+    // The agent tries the verifier's file by its path and by a path out of the workspace, and lists its workspace.
+    script(
+        &dir,
+        "peek.json",
+        json!([
+            {"content": "", "tool_calls": [
+                {"id": "1", "name": "read_file", "arguments": {"path": secret.display().to_string()}},
+                {"id": "2", "name": "read_file", "arguments": {"path": "../verifier/test.sh"}},
+                {"id": "3", "name": "list_dir", "arguments": {"path": "."}}]},
+            {"content": "done"}
+        ]),
+    );
+    agent(&dir, "peek.toml", "peek.json");
+    std::fs::create_dir_all(dir.0.join("fixture")).unwrap();
+    dir.file("fixture/readme.txt", "hi\n");
+    let suite = dir.file(
+        "suite.toml",
+        "agent = \"peek.toml\"\n[[cases]]\nid = \"peek\"\nprompt = \"look\"\nworkspace = \"fixture\"\n[[cases.checks]]\nkind = \"verifier\"\ncommand = [\"sh\", \"{verifier}/test.sh\"]\nfiles = \"tests\"\n",
+    );
+    let o = eval(&dir, &["run", suite.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let id = json_of(&o)["id"].as_str().unwrap().to_owned();
+    let a = &attempts(&dir, &id)[0];
+    let store = reins_store::Store::open(dir.store()).unwrap();
+    let messages = store.load(a["session_id"].as_str().unwrap()).unwrap().messages().unwrap();
+    let results: Vec<Value> = messages
+        .iter()
+        .map(|m| serde_json::to_value(m).unwrap())
+        .filter(|m| m["role"] == "tool" || m.get("call_id").is_some())
+        .collect();
+    assert_eq!(results.len(), 3, "{messages:?}");
+    for r in &results[..2] {
+        assert_eq!(r["is_error"], true, "reading the verifier's file must fail: {r}");
+        assert!(!r.to_string().contains("secret-check"), "{r}");
+    }
+    let listing = results[2].to_string();
+    assert!(listing.contains("readme.txt") && !listing.contains("test.sh"), "{listing}");
+}
+
+/// A verifier that passes, passes, fails, passes, passes, fails… (a counter file outside the workspace).
+fn flaky_suite(dir: &Dir) -> PathBuf {
+    script(dir, "ok.json", answer("ok"));
+    agent(dir, "a.toml", "ok.json");
+    let counter = dir.0.join("counter");
+    dir.file(
+        "suite.toml",
+        &format!(
+            "agent = \"a.toml\"\n[[cases]]\nid = \"flaky\"\nprompt = \"p\"\n[[cases.checks]]\nkind = \"verifier\"\ncommand = [\"sh\", \"-c\", \"n=$(cat {c} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {c}; [ $((n % 3)) -ne 0 ]\"]\n",
+            c = counter.display()
+        ),
+    )
+}
+
+#[test]
+fn epochs_give_pass_at_k_and_pass_hat_k() {
+    let dir = Dir::new("eval-epochs");
+    let suite = flaky_suite(&dir);
+    let o = eval(&dir, &["run", suite.to_str().unwrap(), "--epochs", "3", "--json"]);
+    assert_eq!(o.status.code(), Some(20), "{}", stderr(&o));
+    let s = json_of(&o);
+    let case = &s["agents"][0]["cases"][0];
+    // Three attempts: pass, pass, fail. By hand: mean 2/3; pass@1 = 2/3; pass@3 = 1 − C(1,3)/C(3,3) = 1;
+    // pass^3 = C(2,3)/C(3,3) = 0.
+    assert_eq!(case["attempts"], 3);
+    assert_eq!(case["passes"], 2);
+    assert!((case["mean"].as_f64().unwrap() - 2.0 / 3.0).abs() < 1e-12, "{case}");
+    assert!((case["pass_at_1"].as_f64().unwrap() - 2.0 / 3.0).abs() < 1e-12, "{case}");
+    assert_eq!(case["pass_at_k"], 1.0);
+    assert_eq!(case["pass_hat_k"], 0.0);
+    // One case: no spread between cases to measure.
+    assert_eq!(s["agents"][0]["se"], 0.0);
+    // --min-score below the mean passes the eval.
+    let id = s["id"].as_str().unwrap();
+    let o = eval(&dir, &["show", id, "--min-score", "0.6"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = eval(&dir, &["show", id, "--min-score", "0.7"]);
+    assert_eq!(o.status.code(), Some(20));
+}
+
+/// A suite of `n` cases, each answered after `delay_ms` by the script.
+fn slow_suite(dir: &Dir, n: usize, delay_ms: u64) -> PathBuf {
+    script(
+        dir,
+        "slow.json",
+        json!([{"delay_ms": delay_ms, "content": "ok", "usage": {"input_tokens": 100, "output_tokens": 10}}]),
+    );
+    agent(dir, "a.toml", "slow.json");
+    let ran = dir.0.join("ran.log");
+    let mut suite = "agent = \"a.toml\"\n".to_owned();
+    for i in 0..n {
+        suite.push_str(&format!(
+            "[[cases]]\nid = \"c{i}\"\nprompt = \"p\"\n[[cases.checks]]\nkind = \"verifier\"\ncommand = [\"sh\", \"-c\", \"echo c{i} >> {}\"]\n",
+            ran.display()
+        ));
+    }
+    dir.file("suite.toml", &suite)
+}
+
+#[test]
+fn kill_9_mid_suite_then_resume_runs_no_completed_attempt_again() {
+    let dir = Dir::new("eval-kill");
+    let suite = slow_suite(&dir, 6, 300);
+    let mut child = reins()
+        .args(["eval", "run", suite.to_str().unwrap(), "--store"])
+        .arg(dir.store())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The eval's id is on stderr's first line; wait until two attempts are recorded, then kill -9.
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut err, &mut first).unwrap();
+    let id = first.split_whitespace().nth(2).unwrap().to_owned();
+    let file = dir.0.join("evals").join(&id).join("attempts.jsonl");
+    loop {
+        let lines = std::fs::read_to_string(&file).map(|t| t.lines().count()).unwrap_or(0);
+        if lines >= 2 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let before: Vec<String> = attempts(&dir, &id).iter().map(|a| a["case"].as_str().unwrap().to_owned()).collect();
+    assert!(before.len() >= 2 && before.len() < 6, "killed mid-suite: {before:?}");
+    let o = eval(&dir, &["resume", &id, "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&format!("{} attempts were already done", before.len())), "{}", stderr(&o));
+    let s = json_of(&o);
+    assert_eq!(s["complete"], true);
+    // No completed attempt ran again: each of them ran its verifier once.
+    let ran = std::fs::read_to_string(dir.0.join("ran.log")).unwrap();
+    for case in &before {
+        assert_eq!(ran.lines().filter(|l| l == case).count(), 1, "{case} ran again: {ran}");
+    }
+    let finals = attempts(&dir, &id);
+    assert_eq!(finals.len(), 6, "one record per attempt");
+    // Totals match an uninterrupted run of the same suite.
+    let o = eval(&dir, &["run", suite.to_str().unwrap(), "--json"]);
+    let whole = json_of(&o);
+    for key in ["mean", "passed", "failed", "cost_usd", "tokens"] {
+        assert_eq!(s["agents"][0][key], whole["agents"][0][key], "{key}");
+    }
+}
+
+fn ab_suite(dir: &Dir, n: usize) -> PathBuf {
+    let mut suite = String::new();
+    for i in 0..n {
+        suite.push_str(&format!(
+            "[[cases]]\nid = \"case-{i}\"\nprompt = \"p\"\n[[cases.checks]]\nkind = \"contains\"\nvalue = \"right\"\n"
+        ));
+    }
+    dir.file("suite.toml", &suite)
+}
+
+#[test]
+fn a_b_where_b_is_better_on_30_cases_is_significant_and_equal_agents_are_not() {
+    let dir = Dir::new("eval-ab");
+    script(&dir, "wrong.json", answer("wrong"));
+    script(&dir, "right.json", answer("right"));
+    let a = agent(&dir, "a.toml", "wrong.json");
+    let b = agent(&dir, "b.toml", "right.json");
+    let same = agent(&dir, "same.toml", "wrong.json");
+    let suite = ab_suite(&dir, 30);
+    let o = eval(
+        &dir,
+        &["run", suite.to_str().unwrap(), "--agent", a.to_str().unwrap(), "--agent", b.to_str().unwrap(), "--json"],
+    );
+    assert_eq!(o.status.code(), Some(20), "{}", stderr(&o));
+    let id = json_of(&o)["id"].as_str().unwrap().to_owned();
+    // Interleaved: the attempts alternate between the agents.
+    let order: Vec<u64> = attempts(&dir, &id).iter().take(4).map(|a| a["agent"].as_u64().unwrap()).collect();
+    assert_eq!(order, [0, 1, 0, 1]);
+    let o = eval(&dir, &["diff", &id, "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let d = json_of(&o);
+    assert_eq!(d["significant"], true, "{d}");
+    assert_eq!(d["only_b_passed"], 30);
+    assert_eq!(d["difference"]["mean"], 1.0);
+    // Exact McNemar with 0 and 30 discordant pairs: 2 · 0.5^30 (scipy.stats.binomtest(0, 30).pvalue).
+    assert!((d["mcnemar_p"].as_f64().unwrap() - 1.862645149230957e-09).abs() < 1e-18, "{d}");
+    assert_eq!(d["flips"].as_array().unwrap().len(), 30);
+    let o = eval(&dir, &["diff", &format!("{id}@a"), &format!("{id}@b")]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("b is better (significant at 5%)"), "{text}");
+    // Equal agents: no significant difference.
+    let o = eval(
+        &dir,
+        &[
+            "run",
+            suite.to_str().unwrap(),
+            "--agent",
+            a.to_str().unwrap(),
+            "--agent",
+            same.to_str().unwrap(),
+            "--jobs",
+            "8",
+            "--json",
+        ],
+    );
+    let id2 = json_of(&o)["id"].as_str().unwrap().to_owned();
+    let o = eval(&dir, &["diff", &id2]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("no significant difference"), "{text}");
+}
+
+#[test]
+fn a_suite_budget_stops_dispatch_and_the_eval_resumes() {
+    let dir = Dir::new("eval-budget");
+    let suite = slow_suite(&dir, 4, 0);
+    // Each attempt costs 100 · $1/M + 10 · $2/M = $0.00012: the budget is spent after the second.
+    let o = eval(&dir, &["run", suite.to_str().unwrap(), "--max-cost-usd", "0.0002", "--json"]);
+    assert_eq!(o.status.code(), Some(21), "{}", stderr(&o));
+    assert!(stderr(&o).contains("budget") && stderr(&o).contains("reins eval resume"), "{}", stderr(&o));
+    let s = json_of(&o);
+    assert_eq!(s["done"], 2, "{s}");
+    assert_eq!(s["complete"], false);
+    let id = s["id"].as_str().unwrap();
+    let o = eval(&dir, &["resume", id, "--max-cost-usd", "1", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let s = json_of(&o);
+    assert_eq!(s["done"], 4);
+    assert!((s["agents"][0]["cost_usd"].as_f64().unwrap() - 4.0 * 0.00012).abs() < 1e-12, "{s}");
+}
+
+#[test]
+fn infrastructure_failures_are_kept_apart_and_retried_visibly() {
+    let dir = Dir::new("eval-infra");
+    script(&dir, "ok.json", answer("ok"));
+    agent(&dir, "a.toml", "ok.json");
+    let suite = dir.file(
+        "suite.toml",
+        "agent = \"a.toml\"\n[[cases]]\nid = \"fine\"\nprompt = \"p\"\n[[cases]]\nid = \"crash\"\nprompt = \"p\"\n[[cases.checks]]\nkind = \"verifier\"\ncommand = [\"sh\", \"-c\", \"kill -9 $$\"]\n",
+    );
+    let o = eval(&dir, &["run", suite.to_str().unwrap(), "--retry-infra", "2", "--json"]);
+    assert_eq!(o.status.code(), Some(22), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert_eq!(err.matches("infrastructure failure, retrying").count(), 2, "{err}");
+    let s = json_of(&o);
+    let agent = &s["agents"][0];
+    // Not the agent's failure: no case failed, the crash is listed apart.
+    assert_eq!(agent["failed"], 0, "{agent}");
+    assert_eq!(agent["infra_failures"].as_array().unwrap().len(), 1, "{agent}");
+    assert!(agent["infra_failures"][0].as_str().unwrap().contains("crashed"), "{agent}");
+    let id = s["id"].as_str().unwrap();
+    let tries: Vec<u64> =
+        attempts(&dir, id).iter().filter(|a| a["case"] == "crash").map(|a| a["try"].as_u64().unwrap()).collect();
+    assert_eq!(tries, [1, 2, 3]);
+    // Tolerated: exit 0.
+    let o = eval(&dir, &["show", id, "--max-infra-failures", "1"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("infrastructure failure (not the agent's): crash"), "{text}");
+}
+
+#[test]
+fn suite_errors_name_the_file_and_the_key() {
+    let dir = Dir::new("eval-errors");
+    script(&dir, "ok.json", answer("ok"));
+    agent(&dir, "a.toml", "ok.json");
+    let cases: [(&str, &str); 4] = [
+        (
+            "agent = \"a.toml\"\n[[cases]]\nid = \"x\"\nprompt = \"p\"\n[[cases.checks]]\nkind = \"nope\"\n",
+            "cases[0].checks[0].kind",
+        ),
+        (
+            "agent = \"a.toml\"\n[[cases]]\nid = \"x\"\nprompt = \"p\"\n[[cases.checks]]\nkind = \"regex\"\npattern = \"(\"\n",
+            "cases[0].checks[0].pattern",
+        ),
+        ("agent = \"a.toml\"\n[[cases]]\nid = \"x\"\nprompt = \"p\"\nlimits = { max_steps = 0 }\n", "limits.max_steps"),
+        ("agent = \"a.toml\"\n[[cases]]\nid = \"x\"\npromt = \"p\"\n", "cases[0]"),
+    ];
+    for (text, key) in cases {
+        let suite = dir.file("bad.toml", text);
+        let o = eval(&dir, &["run", suite.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{text}");
+        let err = stderr(&o);
+        assert!(err.contains("bad.toml") && err.contains(key), "{key} in {err}");
+    }
+    // A case folder's own file is named.
+    std::fs::create_dir_all(dir.0.join("cases/one")).unwrap();
+    dir.file("cases/one/case.toml", "prompt = \"p\"\n[[checks]]\nkind = \"max_steps\"\nmax = \"x\"\n");
+    let suite = dir.file("dir.toml", "agent = \"a.toml\"\ncases_dir = \"cases\"\n");
+    let o = eval(&dir, &["run", suite.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!("{}", Path::new("cases/one/case.toml").display())) && err.contains("checks[0].max"),
+        "{err}"
+    );
+}

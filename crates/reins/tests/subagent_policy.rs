@@ -234,3 +234,56 @@ async fn a_sub_agents_own_limits_hold_across_its_questions() {
     // As without the questions: two responses, then its step limit.
     assert!(r.content().contains("ended step_limit") && r.content().contains("(max_steps 2)"), "{}", r.content());
 }
+
+/// A performer that performs in process and answers approvals itself, as a durable run's does with an
+/// awakeable, approving every call it is asked about.
+struct ApprovingPerformer {
+    asked: Mutex<Vec<String>>,
+}
+
+impl reins::Performer for ApprovingPerformer {
+    fn model_call<'a>(
+        &'a self,
+        _: reins::ModelStep,
+        work: futures_util::future::BoxFuture<'a, Result<reins::ModelResponse, reins::ModelError>>,
+    ) -> futures_util::future::BoxFuture<'a, Result<reins::ModelResponse, reins::ModelError>> {
+        work
+    }
+
+    fn tool_call<'a>(
+        &'a self,
+        _: reins::ToolStep<'a>,
+        work: futures_util::future::BoxFuture<'a, reins::CallResult>,
+    ) -> futures_util::future::BoxFuture<'a, reins::CallResult> {
+        work
+    }
+
+    fn approver(&self) -> Option<&dyn Approver> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Approver for ApprovingPerformer {
+    async fn decide(&self, r: &ApprovalRequest, _: &CancellationToken) -> Result<Vec<ApprovalDecision>, ApprovalError> {
+        self.asked.lock().unwrap().extend(r.calls.iter().map(|c| c.call_id.clone()));
+        Ok(r.calls.iter().map(ApprovalDecision::approve).collect())
+    }
+}
+
+#[tokio::test]
+async fn a_durable_performers_approver_decides_a_sub_agents_question() {
+    let (own, child) = (Runs::default(), Runs::default());
+    let agent = Agent::builder_shared(scripted(vec![calls(vec![task("p1")]), answer("done")]))
+        .registry(parent_registry(&own, &child))
+        .policy(ask_echo)
+        .build()
+        .unwrap();
+    let performer = ApprovingPerformer { asked: Mutex::default() };
+    let state = RunState::new("r1", "go", Limits::default(), agent.context()).unwrap();
+    let o = agent.drive_with(state, CancellationToken::new(), &performer).await;
+    is_status(&o, Status::Completed);
+    assert_eq!(*performer.asked.lock().unwrap(), ["w1"]);
+    assert_eq!(child.get(), 1, "the approved call ran once");
+    assert_eq!(o.messages[2].content(), "wrote it");
+}

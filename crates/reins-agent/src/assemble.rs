@@ -165,12 +165,13 @@ fn tiktoken() -> Result<Arc<dyn TokenCounter>, BuildError> {
 impl AgentDef {
     fn model_spec(&self) -> Result<&crate::value::ModelSpec, BuildError> {
         self.model.as_ref().ok_or_else(|| {
-            invalid("no model: set `model` in the agent file or pass --model (script:FILE, openai:MODEL, openai-chat:MODEL, anthropic:MODEL)")
+            invalid("no model: set `model` in the agent file or the user config, or pass --model (script:FILE, openai:MODEL, openai-chat:MODEL, anthropic:MODEL, ollama:MODEL, groq:MODEL, ...: `reins models` lists them)")
         })
     }
 
-    /// The model and, for a real provider, its pricing. The API key comes from `OPENAI_API_KEY` or
-    /// `ANTHROPIC_API_KEY`, never from the definition.
+    /// The model and, for a real provider, its pricing. The API key comes from the environment variable
+    /// `[provider] api_key_env` names, else the provider's own (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`,
+    /// `GROQ_API_KEY`, ...; a local server's none), never from the definition.
     pub fn build_model(&self) -> Result<(Arc<dyn Model>, Option<Pricing>), BuildError> {
         let spec = self.model_spec()?;
         let p = &self.provider;
@@ -205,7 +206,14 @@ impl AgentDef {
             }
             (ModelKind::Provider(api), name) => (api, name.to_owned()),
         };
-        let mut b = Provider::builder(api, name.clone()).api_key_from_env();
+        let mut b = match spec.named() {
+            Some(named) => named.builder(name.clone()),
+            None => Provider::builder(api, name.clone()),
+        };
+        if let Some(env) = &p.api_key_env {
+            b = b.api_key_env(env.clone());
+        }
+        let mut b = b.api_key_from_env();
         if let Some(url) = &p.base_url {
             b = b.base_url(url.clone());
         }
@@ -308,11 +316,22 @@ impl AgentDef {
         Ok((reins::MaskedModel::wrap(Arc::new(provider), secrets), Some(pricing)))
     }
 
+    /// The environment variable of this definition's API key: `[provider] api_key_env`, else its provider's
+    /// (`None`: a script, or a local server that needs none).
+    pub fn api_key_env(&self) -> Option<String> {
+        if let Some(env) = &self.provider.api_key_env {
+            return Some(env.clone());
+        }
+        let spec = self.model.as_ref()?;
+        spec.named().and_then(|n| n.key_env).map(str::to_owned)
+    }
+
     /// The secrets of this definition's provider for `api`: its API key (from the environment), its header
     /// values and the userinfo of its base URL — masked in whatever its server answers.
     pub fn provider_secrets(&self, api: reins_providers::Api) -> reins::Secrets {
         let p = &self.provider;
-        let key = std::env::var(api.key_env()).ok();
+        let env = self.api_key_env().or_else(|| self.model.is_none().then(|| api.key_env().to_owned()));
+        let key = env.and_then(|e| std::env::var(e).ok());
         let userinfo = p.base_url.as_deref().map(reins::Secrets::url_userinfo).unwrap_or_default();
         reins::Secrets::new(key.into_iter().chain(p.headers.values().cloned()).chain(userinfo))
     }

@@ -104,6 +104,10 @@ pub struct ProviderDef {
     /// Another server: for OpenAI-style APIs a URL ending in `/v1`, for Anthropic the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
+    /// The environment variable holding the API key, over the provider's own (`OPENAI_API_KEY`,
+    /// `GROQ_API_KEY`, ...): a gateway's key, a second account's. The key itself is never in a definition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
     /// Caps each model response (output tokens).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_response_tokens: Option<Positive>,
@@ -467,6 +471,14 @@ impl AgentDef {
                         "invalid base URL {:?}: expected an http:// or https:// URL",
                         reins::secrets::redact_url(url)
                     ),
+                ));
+            }
+        }
+        if let Some(env) = &p.api_key_env {
+            if env.is_empty() || env.contains(['=', '\0']) || env.chars().any(char::is_whitespace) {
+                return Err(DefError::at(
+                    "provider.api_key_env",
+                    format!("expected the name of an environment variable, not {env:?}"),
                 ));
             }
         }

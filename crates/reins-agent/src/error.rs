@@ -70,7 +70,7 @@ pub enum BuildError {
         /// The model spec.
         model: String,
         /// The variable to set.
-        env: &'static str,
+        env: String,
     },
     /// An MCP server did not start.
     #[error(transparent)]

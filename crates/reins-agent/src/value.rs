@@ -188,11 +188,14 @@ impl<'de> Deserialize<'de> for Dur {
 pub enum ModelKind {
     /// `script:FILE`: a script file replayed by `ScriptedModel`.
     Script,
-    /// `openai:`, `openai-chat:` or `anthropic:`: a real provider.
+    /// `openai:`, `openai-chat:`, `anthropic:` or a provider by name (`ollama:`, `groq:`, ...): a real provider
+    /// speaking this API.
     Provider(reins_providers::Api),
 }
 
-/// The model, as `--model` takes it: `script:FILE`, `openai:MODEL`, `openai-chat:MODEL` or `anthropic:MODEL`.
+/// The model, as `--model` takes it: `script:FILE`, `openai:MODEL`, `openai-chat:MODEL`, `anthropic:MODEL`, or
+/// `NAME:MODEL` with a provider of [`reins_providers::PROVIDERS`] (`ollama:qwen3`, `groq:...`, `azure:DEPLOYMENT`).
+/// Recorded as written; [`ModelSpec::named`] says what it resolves to.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ModelSpec(String);
 
@@ -210,6 +213,10 @@ impl ModelSpec {
             // Not reachable for a parsed spec; a script is the harmless answer.
             Err(_) => (ModelKind::Script, rest),
         }
+    }
+    /// The provider the spec names (`None`: a script).
+    pub fn named(&self) -> Option<&'static reins_providers::NamedProvider> {
+        reins_providers::parse_named_spec(&self.0).ok().map(|(p, _)| p)
     }
     /// The provider's model name (`gpt-4.1-mini`), or `None` for a script.
     pub fn provider_model(&self) -> Option<&str> {
@@ -232,7 +239,9 @@ impl fmt::Display for ModelSpec {
 impl FromStr for ModelSpec {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let hint = "expected PROVIDER:NAME: script:FILE, openai:MODEL, openai-chat:MODEL or anthropic:MODEL";
+        let hint = "expected PROVIDER:NAME: script:FILE, openai:MODEL, openai-chat:MODEL, anthropic:MODEL or a \
+                    provider by name (ollama, lmstudio, llamacpp, vllm, openrouter, groq, together, deepseek, mistral, \
+                    xai, azure)";
         let Some((prefix, rest)) = s.split_once(':') else {
             return Err(format!("{hint}, not {s:?}"));
         };
@@ -242,15 +251,13 @@ impl FromStr for ModelSpec {
         match prefix {
             "script" if rest.is_empty() => Err(format!("{s:?} names no script file after the colon")),
             "script" => Ok(Self(s.to_owned())),
-            "openai" | "openai-chat" | "anthropic" => match reins_providers::Api::parse_spec(s) {
+            p if reins_providers::named_provider(p).is_some() => match reins_providers::Api::parse_spec(s) {
                 Ok(_) => Ok(Self(s.to_owned())),
                 Err(e) => Err(e.to_string().trim_start_matches("invalid model: ").to_owned()),
             },
-            // Servers that speak OpenAI's Chat Completions (Gemini's OpenAI-compatible endpoint, Ollama, vLLM,
-            // OpenRouter, ...) are reached through `openai-chat:` with their base URL: say so rather than
-            // leave a user guessing.
-            "gemini" | "google" | "ollama" | "vllm" | "openrouter" | "groq" | "mistral" | "deepseek" | "together"
-            | "xai" | "lmstudio" | "llama" | "llamacpp" => Err(format!(
+            // Other servers that speak OpenAI's Chat Completions (Gemini's OpenAI-compatible endpoint, ...) are
+            // reached through `openai-chat:` with their base URL: say so rather than leave a user guessing.
+            "gemini" | "google" | "bedrock" | "llama" | "llama.cpp" | "lm-studio" => Err(format!(
                 "{prefix:?} is not a provider of its own: reach it through its OpenAI-compatible endpoint with \
                  openai-chat:{rest} and [provider] base_url (or --base-url); {hint}"
             )),
@@ -505,7 +512,17 @@ mod tests {
         }
         assert_eq!("openai-chat:qwen3:8b".parse::<ModelSpec>().unwrap().provider_model(), Some("qwen3:8b"));
         assert_eq!("script:x".parse::<ModelSpec>().unwrap().kind().0, ModelKind::Script);
-        for bad in ["gpt-4o", "script:", "openai:", "mystery:x", "openai: "] {
+        let ollama: ModelSpec = "ollama:qwen3:8b".parse().unwrap();
+        assert_eq!(
+            (ollama.kind().0, ollama.provider_model()),
+            (ModelKind::Provider(reins_providers::Api::OpenAiChat), Some("qwen3:8b"))
+        );
+        assert_eq!(ollama.named().map(|p| p.name), Some("ollama"));
+        assert_eq!(
+            "azure:dep".parse::<ModelSpec>().unwrap().kind().0,
+            ModelKind::Provider(reins_providers::Api::OpenAiResponses)
+        );
+        for bad in ["gpt-4o", "script:", "openai:", "mystery:x", "openai: ", "groq:", "gemini:x"] {
             assert!(bad.parse::<ModelSpec>().is_err(), "{bad}");
         }
     }

@@ -98,6 +98,7 @@ pub fn flags_layer(args: &RunArgs) -> Result<AgentDef, CliError> {
     crate::media_cli::apply(&args.media, &mut d)?;
     d.provider.base_url = args.provider.base_url.clone();
     d.provider.max_response_tokens = args.provider.max_response_tokens.and_then(|n| Positive::new(n.into()));
+    d.provider.temperature = args.provider.temperature;
     d.provider.reasoning_effort = match args.provider.reasoning_effort {
         Some(crate::providers_cli::Effort::Set(e)) => Some(e),
         _ => None,
@@ -307,10 +308,8 @@ fn show(args: &RunArgs) -> Result<u8, CliError> {
     };
     let (resolved, _) = resolve(args, session.as_ref().map(|(id, def)| (id.as_str(), def.clone())))?;
     let derived = resolved.def.default_context_tokens();
-    let api_key = resolved.def.model.as_ref().and_then(|m| match m.kind() {
-        (reins_agent::ModelKind::Provider(api), _) => Some(api.key_env()),
-        _ => None,
-    });
+    let api_key = resolved.def.api_key_env();
+    let api_key = api_key.as_deref();
     if args.json {
         let v = serde_json::json!({
             "definition": resolved.def.shown().to_json(),

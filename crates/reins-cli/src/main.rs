@@ -47,6 +47,7 @@ mod history;
 mod instructions_cli;
 mod mcp_cli;
 mod media_cli;
+mod models_cli;
 mod output;
 mod providers_cli;
 mod render;
@@ -100,6 +101,9 @@ enum Command {
     SandboxCheck(tools_cli::SandboxCheckArgs),
     /// MCP servers: `reins mcp list` starts each configured server and shows its tools.
     Mcp(mcp_cli::McpArgs),
+    /// The providers a model spec may name and the models of the price table (context window, output cap,
+    /// prices); for a local server (ollama, lmstudio, llamacpp, vllm), the models it serves.
+    Models(models_cli::ModelsArgs),
     /// The agent definition: `reins config show` prints the resolved agent and where each value came from.
     Config(agent_cli::ConfigArgs),
     /// Serve durable runs for Restate: a service endpoint that runs agents (loopback by default).
@@ -151,6 +155,7 @@ fn main() -> std::process::ExitCode {
             Command::SandboxCheck(args) => tools_cli::sandbox_check(&args),
             Command::Mcp(args) => mcp_cli::mcp(args).await,
             Command::Config(args) => agent_cli::config(args),
+            Command::Models(args) => models_cli::models(args).await,
             Command::Worker(args) => durable_cli::worker(args).await,
             Command::Submit(args) => durable_cli::submit(*args).await,
             Command::Status(args) => durable_cli::status(args).await,

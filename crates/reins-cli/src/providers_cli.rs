@@ -1,6 +1,6 @@
 //! Real model providers on `reins run`: `--model openai:MODEL` (Responses API), `openai-chat:MODEL` (Chat
-//! Completions, any compatible server) and `anthropic:MODEL` (Messages), with `--base-url`,
-//! `--max-response-tokens`, `--reasoning-effort`, `--thinking-budget` (keys of the agent definition: `reins-agent`
+//! Completions, any compatible server), `anthropic:MODEL` (Messages) and the providers by name (`ollama:`,
+//! `groq:`, `azure:`, ...), with `--base-url`, `--temperature`, `--max-response-tokens`, `--reasoning-effort`, `--thinking-budget` (keys of the agent definition: `reins-agent`
 //! builds the provider) and `--stream`
 //! (deltas on stderr); the cost line under the summary (the core computes `cost_usd`).
 
@@ -20,6 +20,9 @@ pub struct ProviderFlags {
     /// in /v1 (e.g. http://127.0.0.1:8080/v1), for Anthropic the host. A local server needs no API key.
     #[arg(long, value_name = "URL")]
     pub base_url: Option<String>,
+    /// The sampling temperature, 0 to 2 (OpenAI-style APIs; agent file: `[provider] temperature`).
+    #[arg(long, value_name = "T", value_parser = parse_temperature)]
+    pub temperature: Option<reins_agent::Temperature>,
     /// Caps each model response at this many output tokens.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_response_tokens: Option<u32>,
@@ -49,6 +52,14 @@ pub enum Effort {
     None,
     /// `low`, `medium` or `high`.
     Set(reins_providers::ReasoningEffort),
+}
+
+fn parse_temperature(s: &str) -> Result<reins_agent::Temperature, String> {
+    s.trim()
+        .parse::<f64>()
+        .ok()
+        .and_then(reins_agent::Temperature::new)
+        .ok_or_else(|| format!("expected a number from 0 to 2, not {s:?}"))
 }
 
 fn parse_effort(s: &str) -> Result<Effort, String> {

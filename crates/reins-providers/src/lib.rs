@@ -18,6 +18,11 @@
 //! # }
 //! ```
 //!
+//! A model spec names its provider: `openai:`, `openai-chat:`, `anthropic:`, or a service of the [`PROVIDERS`]
+//! table (`ollama:`, `lmstudio:`, `llamacpp:`, `vllm:`, `openrouter:`, `groq:`, `together:`, `deepseek:`,
+//! `mistral:`, `xai:`, `azure:`), each a row of data: its API, base URL and key variable
+//! ([`NamedProvider::builder`]).
+//!
 //! [`model_info`] knows the context window and price of common models, [`cost`] prices a run's usage.
 //! Reasoning is kept across turns: a response's reasoning items (Anthropic signed `thinking` and
 //! `redacted_thinking`, Responses `reasoning` items with `encrypted_content`) are recorded with its turn and sent
@@ -26,6 +31,7 @@
 
 pub mod anthropic;
 mod media;
+mod named;
 pub mod openai_chat;
 pub mod openai_responses;
 mod pricing;
@@ -47,6 +53,10 @@ fn response_model(model: Option<&str>) {
     }
 }
 
+pub use named::{
+    BaseUrlEnv, MAX_MODELS_BYTES, NamedProvider, PROVIDERS, known_models, named_provider, parse_named_spec,
+    provider_names, served_models,
+};
 pub use pricing::{MODELS, ModelInfo, Price, cost, cost_for, model_info, token_counter};
 pub use provider::{
     Api, BYTES_PER_TOKEN, DEFAULT_RESPONSE_CAP, DEFAULT_RESPONSE_DEADLINE, Provider, ProviderBuilder, ProviderError,

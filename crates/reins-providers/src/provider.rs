@@ -57,33 +57,18 @@ impl Api {
         }
     }
 
-    /// Parses `PROVIDER:MODEL` (`openai:gpt-4.1`, `openai-chat:llama3`, `anthropic:claude-sonnet-4-5`).
+    /// Parses `PROVIDER:MODEL` (`openai:gpt-4.1`, `openai-chat:llama3`, `anthropic:claude-sonnet-4-5`, or a
+    /// provider of the [`PROVIDERS`](crate::PROVIDERS) table by name: `ollama:qwen3`, `groq:...`): the API it
+    /// speaks and the model's name.
     ///
     /// ```
     /// use reins_providers::Api;
     /// assert_eq!(Api::parse_spec("openai-chat:qwen3:8b").unwrap(), (Api::OpenAiChat, "qwen3:8b".to_owned()));
+    /// assert_eq!(Api::parse_spec("ollama:qwen3").unwrap(), (Api::OpenAiChat, "qwen3".to_owned()));
     /// assert!(Api::parse_spec("gpt-4o").is_err());
     /// ```
     pub fn parse_spec(spec: &str) -> Result<(Api, String), ProviderError> {
-        let Some((provider, model)) = spec.split_once(':') else {
-            return Err(ProviderError::InvalidModelSpec(format!(
-                "{spec:?} is not PROVIDER:MODEL (PROVIDER is openai, openai-chat or anthropic)"
-            )));
-        };
-        let api = match provider {
-            "openai" => Api::OpenAiResponses,
-            "openai-chat" => Api::OpenAiChat,
-            "anthropic" => Api::Anthropic,
-            other => {
-                return Err(ProviderError::InvalidModelSpec(format!(
-                    "unknown provider {other:?} in {spec:?}: expected openai, openai-chat or anthropic"
-                )));
-            }
-        };
-        if model.trim().is_empty() {
-            return Err(ProviderError::InvalidModelSpec(format!("{spec:?} names no model after the colon")));
-        }
-        Ok((api, model.to_owned()))
+        crate::named::parse_named_spec(spec).map(|(p, model)| (p.api, model))
     }
 }
 
@@ -132,7 +117,23 @@ pub enum ProviderError {
     #[error("no API key: set {env} (only a local base URL may go without one)")]
     MissingApiKey {
         /// The variable to set.
+        env: String,
+    },
+    /// A named provider without a default base URL (Azure's resource endpoint) was given none.
+    #[error("{provider}: models need the service's address: set {env} or the base URL")]
+    MissingBaseUrl {
+        /// The provider.
+        provider: &'static str,
+        /// The variable that gives the address.
         env: &'static str,
+    },
+    /// A server could not be asked (`reins models` of a local server).
+    #[error("cannot reach {url}: {reason}")]
+    Unreachable {
+        /// What was asked.
+        url: String,
+        /// Why it did not answer.
+        reason: String,
     },
     /// The API key or an extra header cannot be sent as an HTTP header.
     #[error("invalid header {name:?}: {reason}")]
@@ -203,6 +204,10 @@ pub struct ProviderBuilder {
     settings: Settings,
     base_url: Option<String>,
     api_key: Option<String>,
+    /// The variable the key is read from, over the named provider's and the API's.
+    api_key_env: Option<String>,
+    /// The provider the spec named, when it named one.
+    named: Option<&'static crate::NamedProvider>,
     headers: Vec<(String, String)>,
     stream: bool,
     retry: RetryPolicy,
@@ -226,12 +231,34 @@ impl ProviderBuilder {
         self.api_key = key.filter(|k| !k.trim().is_empty());
         self
     }
-    /// Takes the API key from the API's environment variable (`OPENAI_API_KEY` or `ANTHROPIC_API_KEY`)
-    /// when one is set and no key was given.
+    /// Takes the API key from its environment variable when one is set and no key was given: the one
+    /// [`ProviderBuilder::api_key_env`] names, else the named provider's (`GROQ_API_KEY`; a local server's
+    /// none), else the API's (`OPENAI_API_KEY` or `ANTHROPIC_API_KEY`).
     pub fn api_key_from_env(mut self) -> Self {
         if self.api_key.is_none() {
-            self.api_key = std::env::var(self.api.key_env()).ok().filter(|k| !k.trim().is_empty());
+            if let Some(env) = self.key_env() {
+                self.api_key = std::env::var(env).ok().filter(|k| !k.trim().is_empty());
+            }
         }
+        self
+    }
+    /// The environment variable [`ProviderBuilder::api_key_from_env`] reads (call this first).
+    pub fn api_key_env(mut self, env: impl Into<String>) -> Self {
+        self.api_key_env = Some(env.into()).filter(|e| !e.trim().is_empty());
+        self
+    }
+    /// The variable the key comes from: the one given, the named provider's, the API's (`None`: a named local
+    /// server, which needs no key).
+    pub fn key_env(&self) -> Option<String> {
+        match (&self.api_key_env, self.named) {
+            (Some(env), _) => Some(env.clone()),
+            (None, Some(named)) => named.key_env.map(str::to_owned),
+            (None, None) => Some(self.api.key_env().to_owned()),
+        }
+    }
+    /// The service the spec named: its key variable and header, and its base URL unless one is given.
+    pub(crate) fn named(mut self, named: &'static crate::NamedProvider) -> Self {
+        self.named = Some(named);
         self
     }
     /// An extra header sent with every request (it replaces a default header of the same name).
@@ -390,7 +417,11 @@ impl ProviderBuilder {
             self.settings.price = crate::pricing::model_info(&self.settings.model).map(|i| i.price);
         }
         let given = self.base_url.clone();
-        let base = given.clone().unwrap_or_else(|| self.api.default_base_url().to_owned());
+        let base = match (&given, self.named) {
+            (Some(url), _) => url.clone(),
+            (None, Some(named)) => named.resolve_base_url()?,
+            (None, None) => self.api.default_base_url().to_owned(),
+        };
         let invalid = |reason: String| ProviderError::InvalidBaseUrl { url: base.clone(), reason };
         let parsed = reqwest::Url::parse(base.trim()).map_err(|e| invalid(e.to_string()))?;
         if !matches!(parsed.scheme(), "http" | "https") {
@@ -407,11 +438,14 @@ impl ProviderBuilder {
             Api::Anthropic => "/v1/messages",
         };
         let url = reqwest::Url::parse(&format!("{trimmed}{path}")).map_err(|e| invalid(e.to_string()))?;
+        // A named local server needs no key wherever it runs; any other server does unless it is local.
         if self.api_key.is_none() && !is_local(&parsed) {
-            return Err(ProviderError::MissingApiKey { env: self.api.key_env() });
+            if let Some(env) = self.key_env() {
+                return Err(ProviderError::MissingApiKey { env });
+            }
         }
         if self.settings.chat_max_tokens_field.is_empty() {
-            let official = given.is_none() || parsed.host_str() == Some("api.openai.com");
+            let official = parsed.host_str() == Some("api.openai.com");
             self.settings.chat_max_tokens_field =
                 if official { "max_completion_tokens" } else { "max_tokens" }.to_owned();
         }
@@ -424,8 +458,9 @@ impl ProviderBuilder {
         // Bodies as they are: a compressed answer would otherwise be read as text (see `Provider::attempt`).
         headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
         if let Some(key) = &self.api_key {
-            let (name, value) = match self.api {
-                Api::Anthropic => (HeaderName::from_static("x-api-key"), key.trim().to_owned()),
+            let (name, value) = match (self.api, self.named.and_then(|n| n.key_header)) {
+                (_, Some(header)) => (HeaderName::from_static(header), key.trim().to_owned()),
+                (Api::Anthropic, None) => (HeaderName::from_static("x-api-key"), key.trim().to_owned()),
                 _ => (AUTHORIZATION, format!("Bearer {}", key.trim())),
             };
             let mut value = HeaderValue::from_str(&value).map_err(|_| ProviderError::InvalidHeader {
@@ -468,6 +503,7 @@ impl ProviderBuilder {
         Ok(Provider {
             inner: Arc::new(Inner {
                 api: self.api,
+                system: self.named.map(|n| n.system),
                 settings: self.settings,
                 url,
                 headers,
@@ -498,7 +534,7 @@ fn is_local(url: &reqwest::Url) -> bool {
     }
 }
 
-fn install_crypto_provider() {
+pub(crate) fn install_crypto_provider() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         // Fails only when a provider is installed already, which is just as good.
@@ -523,6 +559,8 @@ pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 
 struct Inner {
     api: Api,
+    /// The named provider's `gen_ai.provider.name`.
+    system: Option<&'static str>,
     settings: Settings,
     url: reqwest::Url,
     headers: HeaderMap,
@@ -616,6 +654,8 @@ impl Provider {
             },
             base_url: None,
             api_key: None,
+            api_key_env: None,
+            named: None,
             headers: Vec::new(),
             stream: true,
             retry: RetryPolicy::default(),
@@ -874,9 +914,10 @@ impl Model for Provider {
     /// the model asked for, and the endpoint's host and port.
     fn identity(&self) -> ModelIdentity {
         let inner = &*self.inner;
-        let provider = match inner.api {
-            Api::OpenAiResponses | Api::OpenAiChat => "openai",
-            Api::Anthropic => "anthropic",
+        let provider = match (inner.system, inner.api) {
+            (Some(system), _) => system,
+            (None, Api::OpenAiResponses | Api::OpenAiChat) => "openai",
+            (None, Api::Anthropic) => "anthropic",
         };
         ModelIdentity {
             provider: Some(Arc::from(provider)),

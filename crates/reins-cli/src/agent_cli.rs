@@ -21,7 +21,7 @@ pub struct AgentFileFlags {
     pub agent: Option<PathBuf>,
     /// Picks the [profiles.NAME] table of the user config ($XDG_CONFIG_HOME/reins/config.toml, else
     /// ~/.config/reins/config.toml), over its top-level defaults and beneath the agent file.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, short = 'p', value_name = "NAME")]
     pub profile: Option<String>,
 }
 
@@ -163,6 +163,7 @@ pub fn resolve(args: &RunArgs, session: Option<(&str, AgentDef)>) -> Result<(Res
     if let Some(path) = &args.agent_file.agent {
         layers.push(reins_agent::agent_file_layer(path).map_err(def_err)?);
     }
+    layers.extend(crate::run::override_layers(&args.overrides)?);
     let mut flags = flags_layer(args)?;
     layers.push(Layer::new(Origin::Flag, flags.clone()));
     let mut resolved = reins_agent::resolve(&layers).map_err(def_err)?;

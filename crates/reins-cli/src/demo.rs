@@ -85,13 +85,25 @@ pub async fn demo() -> Result<u8, CliError> {
     let mut tools = reins_agent::test_tools();
     tools.extend(workspace_tools(workspace.path())?);
     let registry = Registry::new(tools).map_err(|e| CliError::Internal(e.into()))?;
-    let agent = Agent::builder_shared(model.clone())
+    let mut builder = Agent::builder_shared(model.clone())
         .registry(registry)
         .limits(Limits { max_steps: Some(10), max_tool_calls: Some(10), ..Limits::default() })
         .observer(render::progress_stdout)
-        .include_content(true)
-        .build()
-        .map_err(|e| CliError::Internal(e.into()))?;
+        .include_content(true);
+    // The demo is recorded like any run, so that it can be looked at afterwards; without a store it still runs.
+    match crate::sessions_cli::open_store(None) {
+        Ok(store) => {
+            let meta = reins_store::SessionMeta {
+                model: Some("demo (a scripted model)".to_owned()),
+                workspace: Some(workspace.path().display().to_string()),
+                ..reins_store::SessionMeta::default()
+            };
+            builder = builder.journal(store.journal(meta));
+        }
+        Err(CliError::Usage(why)) => errln!("reins: warning: the demo is not recorded: {why}"),
+        Err(CliError::Internal(why)) => errln!("reins: warning: the demo is not recorded: {why:#}"),
+    }
+    let agent = builder.build().map_err(|e| CliError::Internal(e.into()))?;
     let cancel = CancellationToken::new();
     crate::signals::cancel_on_signals(cancel.clone(), "the demo")?;
     let outcome = agent.run("Announce the release to the team and tell me the build status.", cancel).await;
@@ -106,5 +118,10 @@ pub async fn demo() -> Result<u8, CliError> {
     outln!("each offending value, the model recovered, and every call in the transcript has exactly one result.");
     outln!("The file tools ran in a temporary workspace: a path leaving it was refused, and the command ran as a");
     outln!("named preset (`lines` = wc -l RELEASE.md) in its own process group, with whatever sandbox this host has.");
+    if let Some(id) = &outcome.session_id {
+        outln!("\nThe demo was recorded as session {id}. Look at it:");
+        outln!("  reins sessions show {id}          # its runs and transcript");
+        outln!("  reins sessions view {id} --open   # one HTML page: timeline, tokens and cost, transcript");
+    }
     Ok(code_for(outcome.status))
 }

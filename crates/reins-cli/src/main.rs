@@ -59,7 +59,7 @@ mod telemetry;
 mod tools_cli;
 mod view_cli;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 use crate::exit::{CliError, EXIT_CODES_HELP};
 
@@ -89,7 +89,7 @@ enum Command {
     /// Decide about the calls a session waits on (exit 14 of `reins run`) and continue its run.
     #[command(after_help = EXIT_CODES_HELP)]
     Approve(Box<approve_cli::ApproveArgs>),
-    /// Recorded sessions: `reins sessions list|show|view|export|backup`.
+    /// Recorded sessions: `reins sessions list|show|view|export|backup|rm|prune`.
     Sessions(sessions_cli::SessionsArgs),
     /// Re-runs a recorded session offline (recorded model responses, tools in a scratch copy of the
     /// workspace) and reports the first divergence. Exit 0 when identical, 10 when it diverged.
@@ -120,6 +120,32 @@ enum Command {
     Cancel(durable_cli::IdArgs),
     /// Evals: `reins eval run|resume|show|diff` — suites of cases scored by checks, compared with statistics.
     Eval(eval_cli::EvalArgs),
+    /// Prints a completion script for SHELL on stdout, e.g. `reins completions bash > ~/.local/share/bash-completion/completions/reins`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Prints the manual page (roff) on stdout: `reins man > reins.1; man ./reins.1`.
+    Man,
+}
+
+/// `reins completions SHELL`.
+fn completions(shell: clap_complete::Shell) -> Result<u8, CliError> {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "reins", &mut script);
+    output::stdout_raw(&String::from_utf8_lossy(&script));
+    Ok(0)
+}
+
+/// `reins man`.
+fn man() -> Result<u8, CliError> {
+    let mut page = Vec::new();
+    clap_mangen::Man::new(Cli::command())
+        .render(&mut page)
+        .map_err(|e| CliError::Internal(anyhow::anyhow!("cannot render the manual page: {e}")))?;
+    output::stdout_raw(&String::from_utf8_lossy(&page));
+    Ok(0)
 }
 
 fn main() -> std::process::ExitCode {
@@ -162,6 +188,8 @@ fn main() -> std::process::ExitCode {
             Command::Result(args) => durable_cli::result(args).await,
             Command::Cancel(args) => durable_cli::cancel(args).await,
             Command::Eval(args) => eval_cli::eval(args).await,
+            Command::Completions { shell } => completions(shell),
+            Command::Man => man(),
         }
     });
     // The spans not sent yet, before the runtime goes (a gRPC exporter runs on it); bounded.

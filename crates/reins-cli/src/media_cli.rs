@@ -19,7 +19,7 @@ pub struct MediaFlags {
     pub output_schema: Option<PathBuf>,
     /// An image shown to the model with the prompt (repeatable): PNG, JPEG, GIF or WebP, recognized by its
     /// bytes, a regular file of at most 5 MiB; at most 20 images, 20 MiB in all.
-    #[arg(long = "image", value_name = "FILE")]
+    #[arg(long = "image", short = 'i', value_name = "FILE")]
     pub images: Vec<PathBuf>,
 }
 

@@ -16,12 +16,99 @@ pub fn preview(s: &str) -> String {
     }
 }
 
-/// Prints each event as a readable progress line on stderr.
+/// Prints each event as a readable progress line on stderr (coloured on a terminal: see [`colour_on`]).
 pub fn progress_observer(event: &Event) -> Result<(), ObserverError> {
     if let Some(line) = progress_line(event) {
-        errln!("{line}");
+        err_styled(&line, style_of(event));
     }
     Ok(())
+}
+
+/// The colour of an event's progress line, if it has one.
+fn style_of(event: &Event) -> Option<Style> {
+    match &event.kind {
+        EventKind::RunStart { .. } if event.agent.is_none() => Some(Style::Bold),
+        EventKind::ToolEnd { is_error: true, .. } | EventKind::ModelError { .. } => Some(Style::Red),
+        EventKind::LimitHit { .. } | EventKind::ApprovalRequested { .. } => Some(Style::Yellow),
+        EventKind::ToolEnd { .. } | EventKind::ApprovalDecided { .. } => Some(Style::Dim),
+        _ => None,
+    }
+}
+
+/// A colour (SGR) for a line of readable output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Style {
+    /// Bold.
+    Bold,
+    /// Dimmed.
+    Dim,
+    /// Red: errors.
+    Red,
+    /// Green: a completed run.
+    Green,
+    /// Yellow: limits, waiting.
+    Yellow,
+}
+
+impl Style {
+    fn sgr(self) -> &'static str {
+        match self {
+            Style::Bold => "1",
+            Style::Dim => "2",
+            Style::Red => "31",
+            Style::Green => "32",
+            Style::Yellow => "33",
+        }
+    }
+}
+
+/// Whether readable output on stderr is coloured: never with `NO_COLOR` set (to anything but the empty string);
+/// else always with `CLICOLOR_FORCE` set (not `0`); else when stderr is a terminal whose `TERM` is not `dumb`.
+pub fn colour_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        let set = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
+        if set("NO_COLOR") {
+            return false;
+        }
+        if set("CLICOLOR_FORCE") && std::env::var_os("CLICOLOR_FORCE").is_some_and(|v| v != "0") {
+            return true;
+        }
+        use std::io::IsTerminal as _;
+        std::io::stderr().is_terminal() && std::env::var_os("TERM").is_none_or(|t| t != "dumb")
+    })
+}
+
+/// Writes `line` (text for people, escaped) on stderr, in `style` when colour is on.
+pub fn err_styled(line: &str, style: Option<Style>) {
+    match style.filter(|_| colour_on()) {
+        Some(style) => {
+            let text = crate::output::escape(line, crate::output::Lines::Keep);
+            crate::output::stderr_raw(&format!("\x1b[{}m{text}\x1b[0m\n", style.sgr()));
+        }
+        None => errln!("{line}"),
+    }
+}
+
+/// A duration as people read it: `0.4 ms`, `820 ms`, `5.3 s`, `5m 35s`, `1h 5m`.
+pub fn human_ms(ms: f64) -> String {
+    if !ms.is_finite() || ms < 0.0 {
+        return format!("{ms} ms");
+    }
+    if ms < 10.0 {
+        return format!("{ms:.1} ms");
+    }
+    if ms < 1000.0 {
+        return format!("{ms:.0} ms");
+    }
+    let secs = ms / 1000.0;
+    if secs < 59.95 {
+        return format!("{secs:.1} s");
+    }
+    // Whole seconds from here on.
+    let total = secs.round() as u64;
+    let (h, m, s) = (total / 3600, total / 60 % 60, total % 60);
+    if h > 0 { format!("{h}h {m}m") } else { format!("{m}m {s}s") }
 }
 
 /// Prints each event as a readable progress line on stdout.
@@ -60,7 +147,7 @@ fn run_line(event: &Event) -> Option<String> {
         EventKind::ModelStart { .. } => return None,
         EventKind::ModelEnd { step, duration_ms, tool_calls, text, .. } => {
             let text = text.as_deref().filter(|t| !t.is_empty()).map(preview).unwrap_or_default();
-            format!("  step {step} · model {duration_ms:.1} ms · {tool_calls} tool call(s) {text}")
+            format!("  step {step} · model {} · {tool_calls} tool call(s) {text}", human_ms(*duration_ms))
         }
         EventKind::ModelError { step, error, .. } => format!("  step {step} · model error: {}", preview(error)),
         EventKind::ToolStart { name, arguments, .. } => {
@@ -70,7 +157,7 @@ fn run_line(event: &Event) -> Option<String> {
         EventKind::ToolEnd { name, is_error, duration_ms, content, .. } => {
             let mark = if *is_error { "error" } else { "ok" };
             let content = content.as_deref().map(preview).unwrap_or_default();
-            format!("    ← {name} [{mark}] {duration_ms:.1} ms {content}")
+            format!("    ← {name} [{mark}] {} {content}", human_ms(*duration_ms))
         }
         EventKind::CompactionStart { .. } => return None,
         EventKind::CompactionEnd { items, chars_before, chars_after, duration_ms, fallback, .. } => {
@@ -79,7 +166,8 @@ fn run_line(event: &Event) -> Option<String> {
                 Some(why) => format!("left out (no summary: {})", preview(why)),
             };
             format!(
-                "  ⇊ compaction · {items} earlier items {how} · context {chars_before} → {chars_after} · {duration_ms:.1} ms"
+                "  ⇊ compaction · {items} earlier items {how} · context {chars_before} → {chars_after} · {}",
+                human_ms(*duration_ms)
             )
         }
         EventKind::ApprovalRequested { calls, .. } => {
@@ -98,7 +186,7 @@ fn run_line(event: &Event) -> Option<String> {
                 (None, Some(r)) => format!(": {}", preview(r)),
                 _ => String::new(),
             };
-            format!("    ⚑ {hook_event} hook {}{call} · {decision}{why} · {duration_ms:.1} ms", preview(hook))
+            format!("    ⚑ {hook_event} hook {}{call} · {decision}{why} · {}", preview(hook), human_ms(*duration_ms))
         }
         EventKind::LimitHit { status, detail } => format!("  limit hit ({status}): {detail}"),
         EventKind::RunEnd { .. } => return None,
@@ -111,8 +199,13 @@ pub fn summary(outcome: &Outcome) {
     if let Some(answer) = &outcome.answer {
         outln!("{answer}");
     }
-    for line in status_lines(outcome) {
-        errln!("{line}");
+    let style = match outcome.status {
+        Status::Completed => Style::Green,
+        Status::AwaitingApproval => Style::Yellow,
+        _ => Style::Red,
+    };
+    for (i, line) in status_lines(outcome).iter().enumerate() {
+        err_styled(line, (i == 0).then_some(style));
     }
 }
 
@@ -158,4 +251,24 @@ pub fn status_lines(outcome: &Outcome) -> Vec<String> {
     }
     lines.extend(crate::agents_cli::summary_lines(outcome));
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_ms;
+
+    #[test]
+    fn durations_read_as_people_say_them() {
+        let cases = [
+            (0.42, "0.4 ms"),
+            (820.4, "820 ms"),
+            (5_300.0, "5.3 s"),
+            (335_360.8, "5m 35s"),
+            (3_900_000.0, "1h 5m"),
+            (59_999.0, "1m 0s"),
+        ];
+        for (ms, shown) in cases {
+            assert_eq!(human_ms(ms), shown, "{ms}");
+        }
+    }
 }

@@ -20,8 +20,13 @@ pub struct RunArgs {
     #[command(flatten)]
     pub agent_file: crate::agent_cli::AgentFileFlags,
     /// The model, as PROVIDER:NAME. `script:FILE.json` replays a script file (docs/src/contracts.md).
-    #[arg(long)]
+    #[arg(long, short = 'm')]
     pub model: Option<String>,
+    /// Sets any agent-file key, dotted (`limits.max_steps=5`, `provider.temperature=0.2`, `model="openai:gpt-4.1"`):
+    /// the value is TOML, else taken as a string. Repeatable (a later one wins); over the agent file, beneath the
+    /// other flags. An unknown key or a bad value is exit 2, naming it.
+    #[arg(short = 'c', long = "set", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
     /// Adds the test tools `echo` and `fail`.
     #[arg(long)]
     pub test_tools: bool,
@@ -84,7 +89,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub events_content: bool,
     /// Writes the whole outcome, transcript included, as JSON to this file.
-    #[arg(long)]
+    #[arg(long, short = 'o')]
     pub output: Option<PathBuf>,
     /// Instructions and where the prompt comes from.
     #[command(flatten)]
@@ -344,4 +349,47 @@ fn parse_share(s: &str) -> Result<reins_agent::Share, String> {
         .ok()
         .and_then(reins_agent::Share::new)
         .ok_or_else(|| format!("{s:?} is not a number more than 0 and at most 1"))
+}
+
+/// The layers `-c KEY=VALUE` make, in order (a later one overrides an earlier one): each parsed alone by the
+/// agent-file parser, so an unknown key or a bad value is refused naming it.
+pub fn override_layers(overrides: &[String]) -> Result<Vec<reins_agent::Layer>, CliError> {
+    overrides
+        .iter()
+        .map(|o| {
+            let text = override_toml(o).map_err(|why| usage(format!("-c {o}: {why}")))?;
+            let base = reins_agent::absolute(std::path::Path::new("."));
+            let def = reins_agent::AgentDef::from_toml(&text, &base).map_err(|e| usage(format!("-c {o}: {e}")))?;
+            Ok(reins_agent::Layer::new(reins_agent::Origin::Flag, def))
+        })
+        .collect()
+}
+
+/// `KEY=VALUE` as one line of TOML with a dotted key: the value as written when it is one TOML value, else as a
+/// string.
+fn override_toml(o: &str) -> Result<String, String> {
+    let Some((key, value)) = o.split_once('=') else { return Err("expected KEY=VALUE".to_owned()) };
+    let key = key.trim();
+    if key.is_empty() {
+        return Err("the key is empty".to_owned());
+    }
+    let mut parts = Vec::new();
+    for part in key.split('.') {
+        let part = part.trim();
+        if part.is_empty() {
+            return Err(format!("{key:?} has an empty part"));
+        }
+        if part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+            parts.push(part.to_owned());
+        } else {
+            parts.push(serde_json::to_string(part).map_err(|e| e.to_string())?);
+        }
+    }
+    let key = parts.join(".");
+    let value = value.trim();
+    let as_toml = !value.is_empty()
+        && !value.contains(['\n', '\r'])
+        && toml::from_str::<toml::Table>(&format!("v = {value}")).is_ok_and(|t| t.len() == 1);
+    let value = if as_toml { value.to_owned() } else { serde_json::to_string(value).map_err(|e| e.to_string())? };
+    Ok(format!("{key} = {value}\n"))
 }

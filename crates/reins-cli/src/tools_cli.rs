@@ -13,7 +13,7 @@ use crate::exit::CliError;
 #[derive(Args, Debug, Default)]
 pub struct ToolFlags {
     /// Gives the model the file tools (read_file, write_file, edit_file, list_dir, search) over DIR.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, short = 'w', value_name = "DIR")]
     pub workspace: Option<PathBuf>,
     /// Gives the model only the file tools that read (read_file, list_dir, search).
     #[arg(long)]

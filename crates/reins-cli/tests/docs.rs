@@ -152,12 +152,33 @@ fn every_toml_example_is_a_valid_agent_file() {
             if let Err(e) = reins_agent::UserConfig::parse(&b.body, Path::new("config.toml")) {
                 failures.push(format!("{}: {e}", b.at()));
             }
+        } else if b.body.contains("[[cases]]") || b.body.contains("[[checks]]") {
+            if let Err(e) = check_eval_file(&b.body) {
+                failures.push(format!("{}: {e}", b.at()));
+            }
         } else if let Err(e) = reins_agent::AgentDef::from_toml(&b.body, &root()) {
             failures.push(format!("{}: {e}", b.at()));
         }
     }
     assert!(failures.is_empty(), "agent-file examples that do not load:\n{}", failures.join("\n"));
     assert!(manifests >= 1 && users >= 1, "a [dependencies] example {manifests}, a user config {users}");
+}
+
+/// An eval suite (with `[[cases]]`) or a case folder's `case.toml` (with `[[checks]]`): every key known to reins-eval's
+/// own parser and every check valid (a verifier's `files` directory is not looked for).
+fn check_eval_file(text: &str) -> Result<(), String> {
+    let cases: Vec<reins_eval::CaseFile> = if text.contains("[[cases]]") {
+        reins_agent::parse_toml::<reins_eval::SuiteFile>(text).map_err(|e| e.to_string())?.cases
+    } else {
+        vec![reins_agent::parse_toml::<reins_eval::CaseFile>(text).map_err(|e| e.to_string())?]
+    };
+    for case in cases {
+        for def in &case.checks {
+            let def = reins_eval::CheckDef { files: None, ..def.clone() };
+            reins_eval::Check::from_def(&def, &root()).map_err(|(key, why)| format!("{key}: {why}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// A `[dependencies]` example (the library guide's): TOML whose Reins crates are the workspace's and whose other

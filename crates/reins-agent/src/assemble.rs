@@ -650,9 +650,21 @@ impl AgentDef {
         if let Some(schema) = def.output_schema.as_ref().and_then(|s| s.load().ok()) {
             def.output_schema = Some(crate::output::OutputSchemaDef::Inline(schema.schema().clone()));
         }
+        // What the spec resolved to (a provider by name: its API, address and key variable), beside the spec as
+        // written: a resumed run resolves the spec again by the same table.
+        let resolved = def.model.as_ref().and_then(|m| m.named()).map(|n| {
+            let base = def.provider.base_url.clone().or_else(|| n.resolve_base_url().ok());
+            serde_json::json!({
+                "provider": n.name,
+                "api": n.api.name(),
+                "base_url": base.map(|u| reins::secrets::redact_url(&u).into_owned()),
+                "key_env": def.api_key_env(),
+            })
+        });
         serde_json::json!({
             "agent": def.to_json(),
             "model": def.model.as_ref().map(|m| m.to_string()),
+            "model_resolved": resolved,
             "test_tools": def.test_tools.unwrap_or(false),
             "workspace": def.workspace.path.as_ref().map(|p| p.display().to_string()),
             "max_tool_result_chars": def.context.max_tool_result_chars.map_or(DEFAULT_MAX_TOOL_RESULT_CHARS, |n| n.get()),

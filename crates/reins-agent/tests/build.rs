@@ -305,3 +305,25 @@ fn every_model_of_a_run_under_a_cost_limit_needs_a_price() {
     );
     assert!(err(&own).expect("refused").starts_with("agents.helper.model:"));
 }
+
+#[test]
+fn a_session_records_the_spec_as_written_and_what_it_resolved_to() {
+    let mut def = AgentDef::new("groq:llama-3.3-70b-versatile").unwrap();
+    let config = def.session_config(None);
+    assert_eq!(config["model"], "groq:llama-3.3-70b-versatile");
+    assert_eq!(
+        config["model_resolved"],
+        serde_json::json!({"provider": "groq", "api": "openai-chat", "base_url": "https://api.groq.com/openai/v1",
+                           "key_env": "GROQ_API_KEY"})
+    );
+    def.provider.base_url = Some("http://user:pw@127.0.0.1:9/openai/v1".into());
+    def.provider.api_key_env = Some("MY_GATEWAY_KEY".into());
+    let config = def.session_config(None);
+    assert_eq!(config["model_resolved"]["key_env"], "MY_GATEWAY_KEY");
+    assert!(!config["model_resolved"]["base_url"].as_str().unwrap().contains("pw"), "{config}");
+    // Resumed, the spec is rebuilt as written.
+    let back = AgentDef::from_session_config(&config).unwrap().unwrap();
+    assert_eq!(back.model.unwrap().as_str(), "groq:llama-3.3-70b-versatile");
+    assert_eq!(back.provider.api_key_env.as_deref(), Some("MY_GATEWAY_KEY"));
+    assert!(AgentDef::new("script:x.json").unwrap().session_config(None)["model_resolved"].is_null());
+}

@@ -159,6 +159,12 @@ impl Registry {
         Ok(Registry { entries, index, specs, sub_agents })
     }
 
+    /// The same tools followed by `tools`: refuses invalid or duplicate names and invalid schemas like
+    /// [`Registry::new`].
+    pub fn with_tools(&self, tools: Vec<Arc<dyn Tool>>) -> Result<Registry, RegistryError> {
+        Registry::new(self.entries.iter().map(|e| e.tool.clone()).chain(tools).collect())
+    }
+
     /// True when one of its tools is a sub-agent ([`Tool::sub_agent`]).
     pub fn has_sub_agents(&self) -> bool {
         self.sub_agents

@@ -87,6 +87,8 @@ pub struct Agent {
 /// Builds an [`Agent`].
 pub struct AgentBuilder {
     agent: Agent,
+    /// Tools added one by one ([`AgentBuilder::tool`]), put beside the registry's at [`AgentBuilder::build`].
+    tools: Vec<Arc<dyn crate::tool::Tool>>,
 }
 
 impl AgentBuilder {
@@ -119,9 +121,28 @@ impl AgentBuilder {
         self.agent.compact_model = Some(model);
         self
     }
-    /// The tools.
+    /// The tools (those added with [`AgentBuilder::tool`] join them).
     pub fn registry(mut self, registry: impl Into<Arc<Registry>>) -> Self {
         self.agent.registry = registry.into();
+        self
+    }
+    /// Adds one tool, beside the registry's (if one is given) and the others added so far; names and schemas
+    /// are checked by [`AgentBuilder::build`], which refuses a name taken twice.
+    ///
+    /// ```
+    /// use reins::prelude::*;
+    /// let echo = FnTool::new("echo", "Returns its text.", serde_json::json!({"type": "object"}),
+    ///     |args, _| async move { Ok(ToolOutput::Json(args)) });
+    /// let agent = Agent::builder(ScriptedModel::new(vec![ModelResponse::text("hi")])).tool(echo).build().unwrap();
+    /// assert!(agent.registry().get("echo").is_some());
+    /// ```
+    pub fn tool(mut self, tool: impl crate::tool::Tool + 'static) -> Self {
+        self.tools.push(Arc::new(tool));
+        self
+    }
+    /// Adds one shared tool (see [`AgentBuilder::tool`]).
+    pub fn shared_tool(mut self, tool: Arc<dyn crate::tool::Tool>) -> Self {
+        self.tools.push(tool);
         self
     }
     /// Tools that may change between steps: asked at the start of each run and after each tool batch
@@ -197,8 +218,18 @@ impl AgentBuilder {
         self
     }
     /// Checks the configuration.
-    pub fn build(self) -> Result<Agent, ConfigError> {
+    pub fn build(mut self) -> Result<Agent, ConfigError> {
         self.agent.limits.validate()?;
+        if !self.tools.is_empty() {
+            if self.agent.tool_source.is_some() {
+                return Err(ConfigError(
+                    "tools added one by one join a registry, not a tool source: add them to the source".into(),
+                ));
+            }
+            let tools = std::mem::take(&mut self.tools);
+            let registry = self.agent.registry.with_tools(tools).map_err(|e| ConfigError(format!("tools: {e}")))?;
+            self.agent.registry = Arc::new(registry);
+        }
         if let Some(schema) = &self.agent.output_schema {
             if self.agent.tool_source.is_none() {
                 self.agent.registry.with_output(schema).map_err(|e| ConfigError(format!("output schema: {e}")))?;
@@ -379,6 +410,7 @@ impl Agent {
                 approver: None,
                 hooks: Vec::new(),
             },
+            tools: Vec::new(),
         }
     }
 

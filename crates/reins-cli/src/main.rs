@@ -43,6 +43,7 @@ mod demo;
 mod durable_cli;
 mod eval_cli;
 mod exit;
+mod heartbeat;
 mod history;
 mod instructions_cli;
 mod mcp_cli;

@@ -166,6 +166,11 @@ fn build_agent(
             parts.model = crate::providers_cli::streamed(parts.model.clone());
         }
     }
+    // Readable progress on a terminal: a heartbeat while a model call runs (not with --stream, whose text is the
+    // sign of life).
+    if !args.json && !args.provider.stream && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        parts.model = crate::heartbeat::wrap(parts.model.clone());
+    }
     let mut builder = agent_builder(&parts, store, session, approver)?;
     if args.json {
         builder = builder.observer(json_observer).include_content(args.events_content);

@@ -219,3 +219,24 @@ fn the_demo_records_its_session_and_says_how_to_look_at_it() {
     assert_eq!(shown.status.code(), Some(0), "{}", stderr(&shown));
     assert!(String::from_utf8_lossy(&shown.stdout).contains("Release announced"));
 }
+
+#[test]
+fn a_model_call_on_a_terminal_shows_a_heartbeat_then_its_line() {
+    let dir = Dir::new("conv-heartbeat");
+    // A response that takes 4 s: the heartbeat shows from the first second.
+    let model = script(&dir, json!([{"delay_ms": 4000, "content": "done"}]));
+    let mut c = reins();
+    // The pseudo-terminal is the run's stdin, stdout and stderr.
+    c.stdin(Stdio::inherit()).args(["run", "--no-store", "-m", &model, "go"]).env("TERM", "xterm");
+    let options = rexpect::reader::Options::new().timeout_ms(Some(60_000)).strip_ansi_escape_codes(true);
+    let mut p = rexpect::session::spawn_with_options(c, options).unwrap();
+    // (rexpect reads the terminal one byte a char: the needles are ASCII.)
+    p.exp_string(" model call ").unwrap();
+    p.exp_string(" s").unwrap();
+    let rest = p.exp_eof().unwrap();
+    assert!(rest.contains("step 1") && rest.contains("done"), "{rest:?}");
+    match p.process().wait().unwrap() {
+        rexpect::process::wait::WaitStatus::Exited(_, code) => assert_eq!(code, 0, "{rest:?}"),
+        other => panic!("{other:?}"),
+    }
+}

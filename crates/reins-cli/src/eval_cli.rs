@@ -49,6 +49,41 @@ enum EvalCommand {
     /// RUN is an eval id, or ID@AGENT (a label or a 1-based index) for one agent of an eval of several; one
     /// eval of two agents compares them.
     Diff(DiffArgs),
+    /// Re-scores a recorded eval with the suite's checks as they are now (or --suite FILE's) from what its
+    /// attempts recorded: no model is called and no agent built; a verifier keeps its recorded result. The
+    /// result is a new eval (compare it with `reins eval diff OLD NEW`).
+    #[command(after_help = EVAL_EXIT_HELP)]
+    Rescore(RescoreArgs),
+    /// Replays every attempt's session against the current build (recorded model responses, the tools for real
+    /// in a fresh copy of the case's fixture). Exit 0 when every one is reproduced, 10 when one diverged (the
+    /// case named).
+    Replay(ReplayArgs),
+}
+
+#[derive(Args, Debug)]
+struct RescoreArgs {
+    /// The eval's id (or a unique prefix).
+    id: String,
+    /// The suite whose checks score (default: the suite file the eval ran, as it is now); cases are matched by id.
+    #[arg(long, value_name = "FILE")]
+    suite: Option<PathBuf>,
+    #[command(flatten)]
+    report: ReportFlags,
+    /// The session store.
+    #[arg(long, value_name = "PATH")]
+    store: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct ReplayArgs {
+    /// The eval's id (or a unique prefix).
+    id: String,
+    /// Prints one JSON object per attempt.
+    #[arg(long)]
+    json: bool,
+    /// The session store.
+    #[arg(long, value_name = "PATH")]
+    store: Option<PathBuf>,
 }
 
 /// Reports and exit thresholds.
@@ -178,6 +213,8 @@ pub async fn eval(args: EvalArgs) -> Result<u8, CliError> {
         EvalCommand::Resume(a) => resume(*a).await,
         EvalCommand::Show(a) => show(a),
         EvalCommand::Diff(a) => diff(a),
+        EvalCommand::Rescore(a) => rescore(a),
+        EvalCommand::Replay(a) => replay(a).await,
     }
 }
 
@@ -341,5 +378,39 @@ fn diff(args: DiffArgs) -> Result<u8, CliError> {
     } else {
         out!("{}", reins_eval::diff_text(&d));
     }
+    Ok(0)
+}
+
+fn rescore(args: RescoreArgs) -> Result<u8, CliError> {
+    let store = crate::sessions_cli::open_store(args.store.as_deref())?;
+    let (dir, meta) = reins_eval::rescore_eval(&root(&store), &args.id, args.suite.as_deref()).map_err(eval_err)?;
+    errln!("reins: eval {} re-scored from {} (no model called)", meta.id, args.id);
+    let attempts = dir.attempts().map_err(eval_err)?;
+    print_report(&Summary::new(&meta, &attempts), &args.report)
+}
+
+async fn replay(args: ReplayArgs) -> Result<u8, CliError> {
+    let store = crate::sessions_cli::open_store(args.store.as_deref())?;
+    let eval = Eval::open(&root(&store), &args.id).map_err(eval_err)?;
+    let replayed = eval.replay(&store).await.map_err(eval_err)?;
+    let mut diverged = 0;
+    for r in &replayed {
+        if args.json {
+            jsonln!("{}", serde_json::to_string(r).map_err(|e| CliError::Internal(e.into()))?);
+        } else {
+            match &r.divergence {
+                None => outln!("ok {}#{} [{}] session {}", r.case, r.epoch, r.agent, r.session_id),
+                Some(d) => outln!("diverged {}#{} [{}] session {}: {d}", r.case, r.epoch, r.agent, r.session_id),
+            }
+        }
+        if r.divergence.is_some() {
+            diverged += 1;
+        }
+    }
+    if diverged > 0 {
+        errln!("reins: {diverged} of {} attempts diverged from their recording", replayed.len());
+        return Ok(10);
+    }
+    errln!("reins: all {} attempts replayed identically", replayed.len());
     Ok(0)
 }

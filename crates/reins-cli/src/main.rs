@@ -119,7 +119,7 @@ enum Command {
     Result(durable_cli::IdArgs),
     /// Cancel a durable run: it ends `aborted` at its next step, its transcript coherent.
     Cancel(durable_cli::IdArgs),
-    /// Evals: `reins eval run|resume|show|diff` — suites of cases scored by checks, compared with statistics.
+    /// Evals: `reins eval run|resume|show|diff|rescore|replay` — suites of cases scored by checks, compared with statistics.
     Eval(eval_cli::EvalArgs),
     /// Prints a completion script for SHELL on stdout, e.g. `reins completions bash > ~/.local/share/bash-completion/completions/reins`.
     Completions {

@@ -530,3 +530,63 @@ fn suite_errors_name_the_file_and_the_key() {
         "{err}"
     );
 }
+
+#[test]
+fn rescore_calls_no_model_and_applies_the_new_checks() {
+    let dir = Dir::new("eval-rescore");
+    script(&dir, "ok.json", answer("the answer is 41"));
+    agent(&dir, "a.toml", "ok.json");
+    let suite = dir.file(
+        "suite.toml",
+        "agent = \"a.toml\"\n[[cases]]\nid = \"x\"\nprompt = \"p\"\n[[cases.checks]]\nkind = \"contains\"\nvalue = \"42\"\n",
+    );
+    let o = eval(&dir, &["run", suite.to_str().unwrap(), "--epochs", "2", "--json"]);
+    assert_eq!(o.status.code(), Some(20), "{}", stderr(&o));
+    let old = json_of(&o)["id"].as_str().unwrap().to_owned();
+    let sessions = reins_store::Store::open(dir.store()).unwrap().list().unwrap().len();
+    // The script is gone: a model call would fail. The new checks pass on what was recorded.
+    std::fs::remove_file(dir.0.join("ok.json")).unwrap();
+    let fixed = dir.file(
+        "fixed.toml",
+        "agent = \"a.toml\"\n[[cases]]\nid = \"x\"\nprompt = \"p\"\n[[cases.checks]]\nkind = \"regex\"\npattern = \"4[12]\"\n",
+    );
+    let o = eval(&dir, &["rescore", &old, "--suite", fixed.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let s = json_of(&o);
+    assert_eq!(s["agents"][0]["cases"][0]["passes"], 2, "{s}");
+    assert_eq!(reins_store::Store::open(dir.store()).unwrap().list().unwrap().len(), sessions, "no new session");
+    let new = s["id"].as_str().unwrap();
+    let o = eval(&dir, &["diff", &old, new, "--json"]);
+    assert_eq!(json_of(&o)["only_b_passed"], 1);
+}
+
+#[test]
+fn replay_passes_unchanged_and_names_the_case_when_a_fixture_file_changed() {
+    let dir = Dir::new("eval-replay");
+    script(
+        &dir,
+        "read.json",
+        json!([
+            {"content": "", "tool_calls": [{"id": "1", "name": "read_file", "arguments": {"path": "data.txt"}}]},
+            {"content": "read it"}
+        ]),
+    );
+    agent(&dir, "a.toml", "read.json");
+    std::fs::create_dir_all(dir.0.join("fixture")).unwrap();
+    dir.file("fixture/data.txt", "first version\n");
+    let suite = dir.file(
+        "suite.toml",
+        "agent = \"a.toml\"\n[[cases]]\nid = \"reads-data\"\nprompt = \"p\"\nworkspace = \"fixture\"\n[[cases]]\nid = \"plain\"\nprompt = \"p\"\n",
+    );
+    let o = eval(&dir, &["run", suite.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let id = json_of(&o)["id"].as_str().unwrap().to_owned();
+    let o = eval(&dir, &["replay", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    dir.file("fixture/data.txt", "second version\n");
+    let o = eval(&dir, &["replay", &id]);
+    assert_eq!(o.status.code(), Some(10), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("diverged reads-data#1"), "{text}");
+    assert!(text.contains("ok plain#1"), "{text}");
+}

@@ -9,6 +9,7 @@
 //! agents case by case (paired difference, exact McNemar, seeded paired bootstrap). The statistics are pure
 //! functions in [`stats`].
 
+mod again;
 mod check;
 mod error;
 mod record;
@@ -17,11 +18,12 @@ mod run;
 pub mod stats;
 mod suite;
 
+pub use again::{Replayed, rescore_eval};
 pub use check::{Call, Check, CheckDef, CheckResult, Kind, Observed, On, Verifier, combine, subset};
 pub use error::EvalError;
 pub use record::{AgentRecord, Attempt, EvalDir, EvalMeta, Options, evals_root};
 pub use report::{
     AgentSummary, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CaseSummary, Diff, Flip, Summary, diff, diff_text, junit, table,
 };
-pub use run::{Eval, Progress, RunEnd, copy_dir, final_attempts, rescore};
+pub use run::{Eval, Progress, RunEnd, completed, copy_dir, final_attempts, rescore};
 pub use suite::{Case, CaseFile, MAX_SUITE_BYTES, Suite, SuiteFile, agent_for, load_agent};

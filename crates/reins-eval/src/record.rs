@@ -65,6 +65,9 @@ pub struct EvalMeta {
     pub options: Options,
     /// The Reins version that started it.
     pub reins_version: String,
+    /// The eval this one re-scored (`reins eval rescore`): its attempts, checked again, no model called.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rescored_from: Option<String>,
 }
 
 /// One attempt: a case run once by one agent (a retried infrastructure failure is another attempt).

@@ -100,7 +100,7 @@ fn definitions(suite: &Suite, agents: &[Option<PathBuf>]) -> Result<Vec<Vec<rein
 }
 
 /// A new eval id: `ev-` and twelve hex digits.
-fn new_id() -> String {
+pub(crate) fn new_id() -> String {
     let u = uuid::Uuid::new_v4().simple().to_string();
     format!("ev-{}", &u[..12])
 }
@@ -134,6 +134,7 @@ impl Eval {
             agents: records,
             options,
             reins_version: env!("CARGO_PKG_VERSION").into(),
+            rescored_from: None,
         };
         let dir = EvalDir::create(root, &meta)?;
         Ok(Eval { dir, meta, suite, defs })
@@ -393,14 +394,7 @@ impl AttemptJob {
             }
         }
         if self.case.checks.is_empty() {
-            let ok = seen.status == "completed";
-            results.push(CheckResult {
-                kind: "status".into(),
-                score: if ok { 1.0 } else { 0.0 },
-                passed: ok,
-                reason: format!("ended {} (a case without checks passes when its run completes)", seen.status),
-                weight: 1.0,
-            });
+            results.push(completed(&seen));
         }
         let (score, passed) = combine(&results);
         attempt.observed = Some(seen);
@@ -412,6 +406,18 @@ impl AttemptJob {
         }
         attempt.duration_ms = millis(t0.elapsed());
         Some(attempt)
+    }
+}
+
+/// The result of a case without checks: it passes when its run completed.
+pub fn completed(seen: &Observed) -> CheckResult {
+    let ok = seen.status == "completed";
+    CheckResult {
+        kind: "status".into(),
+        score: if ok { 1.0 } else { 0.0 },
+        passed: ok,
+        reason: format!("ended {} (a case without checks passes when its run completes)", seen.status),
+        weight: 1.0,
     }
 }
 

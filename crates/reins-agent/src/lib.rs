@@ -43,6 +43,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 mod approve;
 mod assemble;
 mod definition;

@@ -3,6 +3,8 @@
 //! `reins chat` ([`chat_line`]), the lines of its history file ([`history_lines`]) and the `--otlp` flag with the
 //! standard OpenTelemetry variables ([`otel_env`]).
 
+#![warn(missing_docs)]
+
 pub mod chat_line;
 pub mod history_lines;
 pub mod otel_env;

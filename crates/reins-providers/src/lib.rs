@@ -29,6 +29,8 @@
 //! back, unchanged and in order, by the adapter of the same API only ([`ProviderBuilder::thinking_budget`],
 //! [`ProviderBuilder::reasoning_effort`], [`check_reasoning`]).
 
+#![warn(missing_docs)]
+
 pub mod anthropic;
 mod media;
 mod named;

@@ -26,6 +26,8 @@
 //! # });
 //! ```
 
+#![warn(missing_docs)]
+
 mod child;
 mod chunk;
 mod error;

@@ -7,6 +7,8 @@
 //! (commands, hooks, MCP servers) die with Reins, even after `kill -9`. [`instructions`] says what a model is told
 //! about its workspace: a built-in preamble and the workspace's `AGENTS.md`.
 
+#![warn(missing_docs)]
+
 pub mod command;
 pub mod files;
 pub mod hook;

@@ -23,6 +23,8 @@
 //! # });
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod escape;
 pub mod model;
 pub mod page;

@@ -62,6 +62,8 @@
 //! }
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod approval;
 pub mod context;
 pub mod cost;

@@ -20,7 +20,7 @@ use crate::{Awaiting, STATE_APPROVAL};
 pub const MAX_JOURNALED_RESULT_CHARS: usize = 256 * 1024;
 
 /// A tool result as it is journaled.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JournaledResult {
     /// The result text, bounded.
     pub content: String,
@@ -29,6 +29,10 @@ pub struct JournaledResult {
     /// Images the tool returned (journaled with the result, so a replayed step has them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<reins::Image>,
+    /// A sub-agent run the call left waiting for a decision (journaled with the result, so a replayed batch
+    /// waits for it again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<Box<reins::AgentWait>>,
 }
 
 /// Performs the steps of a turn as journaled Restate steps of `ctx`.
@@ -185,12 +189,13 @@ impl Performer for Journaled<'_> {
                         content: bound_for_journal(r.content, max),
                         is_error: r.is_error,
                         images: r.images,
+                        wait: r.wait,
                     }))
                 })
                 .name(name)
                 .await;
             match journaled {
-                Ok(Json(r)) => CallResult { content: r.content, is_error: r.is_error, images: r.images },
+                Ok(Json(r)) => CallResult { content: r.content, is_error: r.is_error, images: r.images, wait: r.wait },
                 Err(e) => {
                     self.cancel.cancel();
                     CallResult::text(format!("aborted: {e}"), true)

@@ -76,11 +76,9 @@ impl Rules {
     }
 }
 
-/// True inside a batch of the run `run_id` one of whose sub-agents waits for decisions (the batch's calls not
-/// started yet wait). A sub-agent's batch sees its parent's scope when it has no sub-agents of its own: the
-/// run id tells them apart.
-pub(crate) fn batch_waits(run_id: &str) -> bool {
-    SCOPE.try_with(|s| *s.run_id == *run_id && s.waiting()).unwrap_or(false)
+/// The sub-agent run the call `call_id` of the current batch left waiting for a decision, if any (taken).
+pub(crate) fn take_wait(call_id: &str) -> Option<AgentWait> {
+    SCOPE.try_with(|s| s.take_wait(call_id)).ok().flatten()
 }
 
 /// What a run has left, at the start of a batch, less what its sub-agents spent since.
@@ -272,14 +270,11 @@ impl RunScope {
         self
     }
 
-    /// The sub-agent runs of the batch that ended waiting for decisions (taken).
-    pub(crate) fn take_waits(&self) -> Vec<AgentWait> {
-        std::mem::take(&mut self.ledger().waits)
-    }
-
-    /// True once a sub-agent of the batch waits for decisions: the batch's calls not started yet wait too.
-    pub(crate) fn waiting(&self) -> bool {
-        !self.ledger().waits.is_empty()
+    /// The sub-agent run the call `call_id` left waiting for decisions, if any (taken).
+    fn take_wait(&self, call_id: &str) -> Option<AgentWait> {
+        let mut l = self.ledger();
+        let i = l.waits.iter().position(|w| w.call_id == call_id)?;
+        Some(l.waits.swap_remove(i))
     }
 
     /// Whether the parent's spans carry content (so its sub-agents' do too).

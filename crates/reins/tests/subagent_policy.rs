@@ -287,3 +287,96 @@ async fn a_durable_performers_approver_decides_a_sub_agents_question() {
     assert_eq!(child.get(), 1, "the approved call ran once");
     assert_eq!(o.messages[2].content(), "wrote it");
 }
+
+/// A performer like a durable run's: it journals each model and tool result in order and, driven again,
+/// replays them without doing the work (then goes on live); its approver decides only when `approve` is set
+/// (until then the run ends waiting, as a durable one suspends).
+#[derive(Default)]
+struct Replaying {
+    log: Mutex<Vec<Result<reins::CallResult, Result<reins::ModelResponse, reins::ModelError>>>>,
+    at: Mutex<usize>,
+    approve: Mutex<bool>,
+}
+
+impl Replaying {
+    fn next(&self) -> Option<Result<reins::CallResult, Result<reins::ModelResponse, reins::ModelError>>> {
+        let mut at = self.at.lock().unwrap();
+        let e = self.log.lock().unwrap().get(*at).cloned();
+        if e.is_some() {
+            *at += 1;
+        }
+        e
+    }
+}
+
+impl reins::Performer for Replaying {
+    fn model_call<'a>(
+        &'a self,
+        _: reins::ModelStep,
+        work: futures_util::future::BoxFuture<'a, Result<reins::ModelResponse, reins::ModelError>>,
+    ) -> futures_util::future::BoxFuture<'a, Result<reins::ModelResponse, reins::ModelError>> {
+        Box::pin(async move {
+            if let Some(Err(r)) = self.next() {
+                return r;
+            }
+            let r = work.await;
+            self.log.lock().unwrap().push(Err(r.clone()));
+            *self.at.lock().unwrap() += 1;
+            r
+        })
+    }
+
+    fn tool_call<'a>(
+        &'a self,
+        _: reins::ToolStep<'a>,
+        work: futures_util::future::BoxFuture<'a, reins::CallResult>,
+    ) -> futures_util::future::BoxFuture<'a, reins::CallResult> {
+        Box::pin(async move {
+            if let Some(Ok(r)) = self.next() {
+                return r;
+            }
+            let r = work.await;
+            self.log.lock().unwrap().push(Ok(r.clone()));
+            *self.at.lock().unwrap() += 1;
+            r
+        })
+    }
+
+    fn approver(&self) -> Option<&dyn Approver> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl Approver for Replaying {
+    async fn decide(&self, r: &ApprovalRequest, _: &CancellationToken) -> Result<Vec<ApprovalDecision>, ApprovalError> {
+        if !*self.approve.lock().unwrap() {
+            return Ok(Vec::new());
+        }
+        Ok(r.calls.iter().map(ApprovalDecision::approve).collect())
+    }
+}
+
+#[tokio::test]
+async fn a_replayed_durable_run_waits_for_its_sub_agent_again_and_continues_it() {
+    let (own, child) = (Runs::default(), Runs::default());
+    let agent = Agent::builder_shared(scripted(vec![calls(vec![task("p1")]), answer("done")]))
+        .registry(parent_registry(&own, &child))
+        .policy(ask_echo)
+        .build()
+        .unwrap();
+    let performer = Replaying::default();
+    let state = RunState::new("r1", "go", Limits::default(), agent.context()).unwrap();
+    let o = agent.drive_with(state, CancellationToken::new(), &performer).await;
+    is_status(&o, Status::AwaitingApproval);
+    assert_eq!(child.get(), 0);
+    // Driven again from the start (a durable run resumed after it suspended): the journaled results are
+    // replayed, the batch waits for the sub-agent again, the decision continues it.
+    *performer.at.lock().unwrap() = 0;
+    *performer.approve.lock().unwrap() = true;
+    let state = RunState::new("r1", "go", Limits::default(), agent.context()).unwrap();
+    let o = agent.drive_with(state, CancellationToken::new(), &performer).await;
+    is_status(&o, Status::Completed);
+    assert_eq!(child.get(), 1, "the approved call ran once");
+    assert_eq!(o.messages[2].content(), "wrote it");
+}

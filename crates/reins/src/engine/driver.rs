@@ -1131,14 +1131,25 @@ impl Agent {
                     if let Some((Status::Timeout, reason)) = &end {
                         emitter.emit(EventKind::LimitHit { status: Status::Timeout, detail: reason.clone() });
                     }
-                    let mut waits = Vec::new();
                     if let Some(scope) = &scope {
                         for (name, spent) in scope.take_spent() {
                             state.add_agent_spend(&name, &spent);
                         }
-                        waits = scope.take_waits();
                     }
-                    let results = slots.into_iter().map(|s| s.result).collect();
+                    // The sub-agent runs that stopped for a decision come with their calls' results (also when
+                    // a durable performer replays them).
+                    let mut waits = Vec::new();
+                    let results: Vec<Option<CallResult>> = slots
+                        .into_iter()
+                        .map(|s| {
+                            s.result.map(|mut r| {
+                                if let Some(w) = r.wait.take() {
+                                    waits.push(*w);
+                                }
+                                r
+                            })
+                        })
+                        .collect();
                     if waits.is_empty() || end.is_some() {
                         state.record_batch(results, &unfinished, end, &self.context);
                     } else {
@@ -1224,7 +1235,9 @@ impl Agent {
             }
             // Once a sub-agent of the batch waits for a decision, the calls after it wait too (they run when the
             // batch runs again); calls that already ran (their slots reported) do not run again.
-            if registry.has_sub_agents() && crate::subagent::batch_waits(emitter.run_id()) {
+            if registry.has_sub_agents()
+                && slots[..i].iter().any(|s| s.result.as_ref().is_some_and(|r| r.wait.is_some()))
+            {
                 return;
             }
             let t0 = Instant::now();
@@ -1385,7 +1398,9 @@ impl Agent {
         if !matches!(p.plan, Plan::Run) {
             return result;
         }
-        // A hook sees and changes the text only: a result it replaced or redacted loses its images.
+        // A hook sees and changes the text only: a result it replaced or redacted loses its images. A sub-agent
+        // run that waits for a decision stays with the call whatever the hooks say (the batch waits for it).
+        let wait = result.wait;
         let mut images = result.images;
         let mut result = HookResult { content: result.content, is_error: result.is_error };
         let ctx = &h.ctx;
@@ -1420,14 +1435,16 @@ impl Agent {
             result = match said {
                 Ok(answer) => crate::hook::apply_post(result, answer),
                 Err(e) => {
-                    return CallResult::text(
+                    let mut withheld = CallResult::text(
                         format!("the result was withheld: post_tool hook {} failed: {e}", hook.name()),
                         true,
                     );
+                    withheld.wait = wait;
+                    return withheld;
                 }
             };
         }
-        CallResult { content: result.content, is_error: result.is_error, images }
+        CallResult { content: result.content, is_error: result.is_error, images, wait }
     }
 
     /// [`Agent::run_call`] inside the call's `execute_tool` span (a child of the run's).
@@ -1553,9 +1570,16 @@ impl Agent {
             }
             Some(Ok(Ok(out))) => {
                 let (content, images) = out.into_parts();
-                CallResult { content, is_error: false, images }
+                CallResult { content, is_error: false, images, wait: None }
             }
             Some(Ok(Err(ToolError::Cancelled))) => CallResult::text(ToolError::Cancelled.to_string(), true),
+            // A sub-agent that stopped for a decision: its waiting run goes with the result (a durable performer
+            // journals it, so a replay holds the batch the same way).
+            Some(Ok(Err(e))) if tool.sub_agent() => {
+                let mut r = CallResult::text(e.to_string(), true);
+                r.wait = crate::subagent::take_wait(&p.call.id).map(Box::new);
+                r
+            }
             Some(Ok(Err(e))) => CallResult::text(e.to_string(), true),
         }
     }

@@ -115,7 +115,7 @@ impl<'a> Batch<'a> {
 }
 
 /// The result of a planned call, as the driver reports it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct CallResult {
     /// The result text (not yet bounded).
     pub content: String,
@@ -123,12 +123,16 @@ pub struct CallResult {
     pub is_error: bool,
     /// Images the tool returned.
     pub images: Vec<Image>,
+    /// For a sub-agent call: the sub-agent run that stopped for a decision (the batch then waits for it, see
+    /// [`RunState::hold_batch`]). A durable performer journals it with the result, so a replay holds the batch
+    /// the same way.
+    pub wait: Option<Box<AgentWait>>,
 }
 
 impl CallResult {
     /// A text result.
     pub fn text(content: impl Into<String>, is_error: bool) -> Self {
-        Self { content: content.into(), is_error, images: Vec::new() }
+        Self { content: content.into(), is_error, images: Vec::new(), wait: None }
     }
 }
 

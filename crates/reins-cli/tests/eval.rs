@@ -590,3 +590,45 @@ fn replay_passes_unchanged_and_names_the_case_when_a_fixture_file_changed() {
     assert!(text.contains("diverged reads-data#1"), "{text}");
     assert!(text.contains("ok plain#1"), "{text}");
 }
+
+#[test]
+fn a_harbor_task_directory_runs_and_its_reward_is_read() {
+    let dir = Dir::new("eval-harbor");
+    script(
+        &dir,
+        "hello.json",
+        json!([
+            {"content": "", "tool_calls": [{"id": "1", "name": "write_file", "arguments": {"path": "hello.txt", "content": "hi\n"}}]},
+            {"content": "done"}
+        ]),
+    );
+    agent(&dir, "a.toml", "hello.json");
+    for task in ["tasks/say-hi/environment", "tasks/say-hi/tests", "tasks/say-nothing/tests"] {
+        std::fs::create_dir_all(dir.0.join(task)).unwrap();
+    }
+    let toml = "version = \"1.0\"\n[metadata]\ndifficulty = \"easy\"\n[verifier]\ntimeout_sec = 60.0\n[agent]\ntimeout_sec = 120.0\n[environment]\ncpus = 1\nmemory_mb = 2048\n";
+    // The tests use the container's paths: /tests, /app and /logs/verifier.
+    let test = "#!/bin/bash\ncd /tests\nif [ -f helper.txt ] && grep -q hi /app/hello.txt && [ -f /app/data.txt ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n";
+    for task in ["say-hi", "say-nothing"] {
+        dir.file(&format!("tasks/{task}/task.toml"), toml);
+        dir.file(&format!("tasks/{task}/tests/test.sh"), test);
+        dir.file(&format!("tasks/{task}/tests/helper.txt"), "");
+        dir.file(&format!("tasks/{task}/instruction.md"), "Write hi to hello.txt.\n");
+    }
+    dir.file("tasks/say-hi/environment/Dockerfile", "FROM ubuntu:24.04\nWORKDIR /app\n");
+    dir.file("tasks/say-hi/environment/data.txt", "data\n");
+    let suite = dir.file("suite.toml", "agent = \"a.toml\"\nharbor_dir = \"tasks\"\n");
+    let o = eval(&dir, &["run", suite.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(20), "{}", stderr(&o));
+    let s = json_of(&o);
+    let cases = &s["agents"][0]["cases"];
+    assert_eq!(cases[0]["id"], "say-hi");
+    assert_eq!(cases[0]["passed"], true, "{s}");
+    // No environment/data.txt: the reward file says 0.
+    assert_eq!(cases[1]["id"], "say-nothing");
+    assert_eq!(cases[1]["passed"], false, "{s}");
+    let id = s["id"].as_str().unwrap();
+    let a = attempts(&dir, id);
+    let hi = a.iter().find(|x| x["case"] == "say-hi").unwrap();
+    assert_eq!(hi["checks"][0]["reason"], "verifier reward 1", "{hi}");
+}

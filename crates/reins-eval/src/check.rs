@@ -117,6 +117,9 @@ pub struct Verifier {
     pub timeout: Duration,
     /// The least reward that passes.
     pub threshold: f64,
+    /// A Harbor task's tests: `/tests`, `/logs/verifier` and `/app` in its text files are rewritten to the
+    /// verifier's directory, its log directory and the workspace (no container here).
+    pub harbor: bool,
 }
 
 /// A check ready to score.
@@ -337,7 +340,7 @@ impl Check {
                     None => Duration::from_secs(600),
                 };
                 let threshold = def.threshold.unwrap_or(1.0);
-                Kind::Verifier(Verifier { command, files, timeout, threshold })
+                Kind::Verifier(Verifier { command, files, timeout, threshold, harbor: false })
             }
             other => return Err(("kind".into(), format!("unknown check kind {other:?}"))),
         };

@@ -12,6 +12,7 @@
 mod again;
 mod check;
 mod error;
+mod harbor;
 mod record;
 mod report;
 mod run;

@@ -453,6 +453,10 @@ async fn verify(check: &Check, v: &Verifier, workspace: &Path, root: &Path, case
     }
     let logs = root.join("logs");
     std::fs::create_dir(&logs).map_err(|e| format!("cannot make the verifier's log directory: {e}"))?;
+    if v.harbor {
+        crate::harbor::rewrite_paths(&vdir, &vdir, &logs, workspace)
+            .map_err(|e| format!("cannot prepare the Harbor task's tests: {e}"))?;
+    }
     let fill = |s: &str| {
         s.replace("{verifier}", &vdir.display().to_string())
             .replace("{workspace}", &workspace.display().to_string())

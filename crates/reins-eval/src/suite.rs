@@ -27,6 +27,12 @@ pub struct SuiteFile {
     /// The cases.
     #[serde(default)]
     pub cases: Vec<CaseFile>,
+    /// Harbor task directories (Terminal-Bench 2's format) run as cases, relative to the suite file.
+    #[serde(default)]
+    pub harbor: Vec<PathBuf>,
+    /// A directory whose sub-directories holding a `task.toml` are Harbor tasks run as cases.
+    #[serde(default)]
+    pub harbor_dir: Option<PathBuf>,
 }
 
 /// A case, as written (in `[[cases]]` of a suite or a folder's `case.toml`).
@@ -148,6 +154,20 @@ impl Suite {
                 let id = c.id.clone().unwrap_or(name);
                 cases.push(case(&c, id, &folder, &case_file, "")?);
             }
+        }
+        let mut tasks: Vec<(PathBuf, String)> =
+            file.harbor.iter().enumerate().map(|(i, t)| (base.join(t), format!("harbor[{i}]"))).collect();
+        if let Some(dir) = &file.harbor_dir {
+            let dir = base.join(dir);
+            let entries = std::fs::read_dir(&dir)
+                .map_err(|e| suite_err("harbor_dir".into(), format!("cannot read {}: {e}", dir.display())))?;
+            let mut found: Vec<PathBuf> =
+                entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.join("task.toml").is_file()).collect();
+            found.sort();
+            tasks.extend(found.into_iter().map(|p| (p, "harbor_dir".to_owned())));
+        }
+        for (task, key) in tasks {
+            cases.push(crate::harbor::case(&task).map_err(|m| suite_err(key, m))?);
         }
         if cases.is_empty() {
             return Err(EvalError::Suite {

@@ -121,7 +121,9 @@ enum Command {
     Cancel(durable_cli::IdArgs),
     /// Evals: `reins eval run|resume|show|diff|rescore|replay` — suites of cases scored by checks, compared with statistics.
     Eval(eval_cli::EvalArgs),
-    /// Prints a completion script for SHELL on stdout, e.g. `reins completions bash > ~/.local/share/bash-completion/completions/reins`.
+    /// Prints a completion script for SHELL on stdout (bash, zsh, fish, elvish, powershell).
+    ///
+    /// For example `reins completions bash > ~/.local/share/bash-completion/completions/reins`.
     Completions {
         /// The shell.
         #[arg(value_enum)]

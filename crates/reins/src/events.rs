@@ -206,7 +206,7 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         output_valid: Option<bool>,
         /// The final answer: the run's result, so carried whether or not content is opted in (absent when
-        /// the run gave none).
+        /// the run gave none); a sub-agent's only with content (it is its parent's tool result).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         answer: Option<String>,
         /// The validated output, when the final answer matched the output schema.

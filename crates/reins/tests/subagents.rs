@@ -117,8 +117,14 @@ async fn a_sub_agent_answers_and_its_usage_rolls_up_into_the_parent() {
     // The breakdown is what the sub-agent's own run reported at its end.
     let ends = events.child_ends("helper");
     assert_eq!(ends.len(), 1);
-    let EventKind::RunEnd { status, steps, tool_calls, usage, .. } = &ends[0].kind else { unreachable!() };
+    let EventKind::RunEnd { status, steps, tool_calls, usage, answer, .. } = &ends[0].kind else { unreachable!() };
     assert_eq!((*status, *steps, *tool_calls, *usage), (Status::Completed, h.steps, h.tool_calls, h.usage));
+    // The top-level run_end carries the run's answer; a sub-agent's answer is its parent's tool result, content
+    // left out like the other events' by default.
+    assert_eq!(answer, &None);
+    let last = events.all().pop().unwrap();
+    let EventKind::RunEnd { answer, .. } = &last.kind else { panic!("{last:?}") };
+    assert_eq!((last.agent.as_deref(), answer.as_deref()), (None, Some("done")));
     // The outcome file form carries the breakdown.
     let json = serde_json::to_value(&o).unwrap();
     assert_eq!(json["agents"]["helper"]["steps"], 2);

@@ -1187,8 +1187,9 @@ impl Agent {
             error: outcome.error.clone(),
             session_id,
             output_valid: output.map(|_| outcome.output.is_some()),
-            answer: outcome.answer.clone(),
-            output: outcome.output.clone(),
+            // The run's result: always a top-level run's; a sub-agent's (its parent's tool result) with content.
+            answer: (link.is_none() || include_content).then(|| outcome.answer.clone()).flatten(),
+            output: (link.is_none() || include_content).then(|| outcome.output.clone()).flatten(),
         });
         if let Some(j) = &journal {
             if let Err(e) = j.finish(&outcome).await {

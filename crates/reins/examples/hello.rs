@@ -1,5 +1,5 @@
 // The library in twenty lines: an agent with your own typed tool. Offline: cargo run -p reins --example hello
-use reins::{Agent, ModelResponse, Registry, ScriptedModel, ToolCall, ToolContext, ToolError, ToolOutput, TypedTool};
+use reins::prelude::*;
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
 struct AddArgs {
@@ -21,12 +21,11 @@ impl TypedTool for Add {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A scripted model plays the model's part; reins-agent builds a real one from "openai:gpt-4.1-mini".
     let model = ScriptedModel::new([
-        ModelResponse::tool_calls("", vec![ToolCall::new("c1", "add", serde_json::json!({"a": 2, "b": 3}))]),
+        ModelResponse::tool_calls("", vec![ToolCall::new("c1", "add", json!({"a": 2, "b": 3}))]),
         ModelResponse::text("2 + 3 = 5"),
     ]);
-    let tools = Registry::builder().tool(reins::typed(Add)).build()?; // names and schemas checked here
-    let agent = Agent::builder(model).registry(tools).build()?;
-    let outcome = agent.run("What is 2 + 3?", tokio_util::sync::CancellationToken::new()).await;
+    let agent = Agent::builder(model).tool(typed(Add)).build()?; // names and schemas are checked here
+    let outcome = agent.run("What is 2 + 3?", CancellationToken::new()).await;
     println!("{}: {}", outcome.status, outcome.answer.unwrap_or_default());
     Ok(())
 }

@@ -632,3 +632,38 @@ fn a_harbor_task_directory_runs_and_its_reward_is_read() {
     let hi = a.iter().find(|x| x["case"] == "say-hi").unwrap();
     assert_eq!(hi["checks"][0]["reason"], "verifier reward 1", "{hi}");
 }
+
+#[test]
+fn an_llm_judge_scores_is_recorded_and_is_reused_by_rescore() {
+    let dir = Dir::new("eval-judge");
+    script(&dir, "ok.json", answer("Paris is the capital of France."));
+    agent(&dir, "a.toml", "ok.json");
+    script(&dir, "judge.json", json!([{"content": "{\"score\": 0.8, \"reason\": \"correct, a little terse\"}"}]));
+    script(&dir, "babble.json", json!([{"content": "I think it is fine"}]));
+    let suite = dir.file(
+        "suite.toml",
+        "agent = \"a.toml\"\n[[cases]]\nid = \"capital\"\nprompt = \"What is the capital of France?\"\n[[cases.checks]]\nkind = \"judge\"\nmodel = \"script:judge.json\"\nrubric = \"Full marks for Paris.\"\nthreshold = 0.5\n[[cases]]\nid = \"babble\"\nprompt = \"p\"\n[[cases.checks]]\nkind = \"judge\"\nmodel = \"script:babble.json\"\nrubric = \"r\"\n",
+    );
+    let o = eval(&dir, &["run", suite.to_str().unwrap(), "--json"]);
+    // The judge that answered no JSON is an infrastructure failure, not the agent's.
+    assert_eq!(o.status.code(), Some(22), "{}", stderr(&o));
+    let s = json_of(&o);
+    let case = &s["agents"][0]["cases"][0];
+    assert_eq!(case["passed"], true, "{s}");
+    assert_eq!(case["mean"], 0.8);
+    assert!(s["agents"][0]["infra_failures"][0].as_str().unwrap().contains("not JSON"), "{s}");
+    let id = s["id"].as_str().unwrap().to_owned();
+    let a = attempts(&dir, &id);
+    let reason = a.iter().find(|x| x["case"] == "capital").unwrap()["checks"][0]["reason"].as_str().unwrap().to_owned();
+    assert!(reason.contains("correct, a little terse"), "{reason}");
+    // The judge's prompt and verdict are a session of the store.
+    let judge_session = reason.split("session ").nth(1).unwrap().split(')').next().unwrap();
+    let store = reins_store::Store::open(dir.store()).unwrap();
+    let messages = serde_json::to_string(&store.load(judge_session).unwrap().messages().unwrap()).unwrap();
+    assert!(messages.contains("Paris is the capital of France.") && messages.contains("0.8"), "{messages}");
+    // Rescore asks no judge: the recorded verdict stands though the judge's script is gone.
+    std::fs::remove_file(dir.0.join("judge.json")).unwrap();
+    let o = eval(&dir, &["rescore", &id, "--json"]);
+    let s = json_of(&o);
+    assert_eq!(s["agents"][0]["cases"][0]["mean"], 0.8, "{s}");
+}

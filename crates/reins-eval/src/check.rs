@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields)]
 pub struct CheckDef {
     /// equals, contains, regex, json_schema, json_pointer, tool_called, tool_not_called, tool_order,
-    /// max_steps, max_tool_calls, max_cost_usd, max_duration, status or verifier.
+    /// max_steps, max_tool_calls, max_cost_usd, max_duration, status, verifier or judge.
     pub kind: String,
     /// Its weight in the case's score (default 1).
     #[serde(default)]
@@ -59,9 +59,15 @@ pub struct CheckDef {
     /// The verifier's deadline (default 10m).
     #[serde(default)]
     pub timeout: Option<String>,
-    /// The least reward that passes (verifier, default 1).
+    /// The least reward (verifier) or judge's score (judge) that passes (default 1).
     #[serde(default)]
     pub threshold: Option<f64>,
+    /// The judge's model (judge): any model spec; `script:FILE` relative to the case's file.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// What the judge grades by (judge).
+    #[serde(default)]
+    pub rubric: Option<String>,
 }
 
 /// The subject of an answer check.
@@ -104,6 +110,20 @@ pub enum Kind {
     Status(String),
     /// A verifier command.
     Verifier(Verifier),
+    /// An LLM judge.
+    Judge(Judge),
+}
+
+/// An LLM judge: a model given the rubric, the task, the answer and the output, at temperature 0, answering
+/// `{"score": 0..1, "reason": "..."}`.
+#[derive(Clone, Debug)]
+pub struct Judge {
+    /// The model spec.
+    pub model: String,
+    /// The rubric.
+    pub rubric: String,
+    /// The least score that passes.
+    pub threshold: f64,
 }
 
 /// A verifier command.
@@ -342,6 +362,19 @@ impl Check {
                 let threshold = def.threshold.unwrap_or(1.0);
                 Kind::Verifier(Verifier { command, files, timeout, threshold, harbor: false })
             }
+            "judge" => {
+                let model = need(&def.model, "model", k)?;
+                let model = match model.strip_prefix("script:") {
+                    Some(f) if !Path::new(f).is_absolute() => format!("script:{}", base.join(f).display()),
+                    _ => model,
+                };
+                reins_agent::AgentDef::new(&model).map_err(|e| ("model".to_owned(), e.message))?;
+                Kind::Judge(Judge {
+                    model,
+                    rubric: need(&def.rubric, "rubric", k)?,
+                    threshold: def.threshold.unwrap_or(1.0),
+                })
+            }
             other => return Err(("kind".into(), format!("unknown check kind {other:?}"))),
         };
         Ok(Check { name: def.kind.clone(), kind, weight })
@@ -454,6 +487,7 @@ impl Check {
                 ),
             ),
             Kind::Verifier(_) => r(false, "the verifier was not run".into()),
+            Kind::Judge(_) => r(false, "the judge was not asked".into()),
         }
     }
 }

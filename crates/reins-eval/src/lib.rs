@@ -20,7 +20,7 @@ pub mod stats;
 mod suite;
 
 pub use again::{Replayed, rescore_eval};
-pub use check::{Call, Check, CheckDef, CheckResult, Kind, Observed, On, Verifier, combine, subset};
+pub use check::{Call, Check, CheckDef, CheckResult, Judge, Kind, Observed, On, Verifier, combine, subset};
 pub use error::EvalError;
 pub use record::{AgentRecord, Attempt, EvalDir, EvalMeta, Options, evals_root};
 pub use report::{

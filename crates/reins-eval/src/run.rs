@@ -9,7 +9,7 @@ use futures_util::StreamExt as _;
 use futures_util::stream::FuturesUnordered;
 use tokio_util::sync::CancellationToken;
 
-use crate::check::{Check, CheckResult, Kind, Observed, Verifier, combine};
+use crate::check::{Check, CheckResult, Judge, Kind, Observed, Verifier, combine};
 use crate::error::EvalError;
 use crate::record::{AgentRecord, Attempt, EvalDir, EvalMeta, Options, now};
 use crate::suite::{Case, Suite, agent_for, load_agent};
@@ -390,6 +390,14 @@ impl AttemptJob {
                         return infra(attempt, why, t0);
                     }
                 },
+                Kind::Judge(j) => match judge(check, j, &self.case.prompt, &seen, store, cancel).await {
+                    Ok(r) => results.push(r),
+                    Err(why) => {
+                        attempt.observed = Some(seen);
+                        attempt.checks = results;
+                        return infra(attempt, why, t0);
+                    }
+                },
                 _ => results.push(check.score(&seen)),
             }
         }
@@ -421,12 +429,12 @@ pub fn completed(seen: &Observed) -> CheckResult {
     }
 }
 
-/// Rescoring `seen` with `checks` (none run a verifier: those keep `recorded`'s result).
+/// Rescoring `seen` with `checks` (no verifier run, no judge asked: those keep `recorded`'s result).
 pub fn rescore(checks: &[Check], seen: &Observed, recorded: &[CheckResult]) -> Vec<CheckResult> {
     let mut out = Vec::new();
     for c in checks {
         match &c.kind {
-            Kind::Verifier(_) => match recorded.iter().find(|r| r.kind == c.name) {
+            Kind::Verifier(_) | Kind::Judge(_) => match recorded.iter().find(|r| r.kind == c.name) {
                 Some(r) => out.push(r.clone()),
                 None => out.push(c.score(seen)),
             },
@@ -541,4 +549,60 @@ pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// What the judge is told before the rubric.
+const JUDGE_INSTRUCTIONS: &str = "You grade an AI agent's work by the rubric below. Reply with one JSON object and nothing else: {\"score\": a number from 0 to 1, \"reason\": \"one sentence\"}.\n\nRubric:\n";
+
+/// Asks the judge: a one-step run of its model at temperature 0, recorded as a session (its prompt and verdict
+/// kept). `Err` is an infrastructure failure (the judge failed, or its verdict is not the JSON asked for).
+async fn judge(
+    check: &Check,
+    j: &Judge,
+    task: &str,
+    seen: &Observed,
+    store: &reins_store::Store,
+    cancel: &CancellationToken,
+) -> Result<CheckResult, String> {
+    let mut def = reins_agent::AgentDef::new(&j.model).map_err(|e| format!("the judge's model: {e}"))?;
+    // Pinned to 0 where the API takes a temperature (a script has none).
+    if !j.model.starts_with("script:") {
+        def.provider.temperature = reins_agent::Temperature::new(0.0);
+    }
+    def.limits.max_steps = reins_agent::Positive::new(1);
+    def.instructions = Some(format!("{JUDGE_INSTRUCTIONS}{}", j.rubric));
+    let built = def
+        .build_with(reins_agent::BuildOptions { store: Some((store.clone(), None)) })
+        .await
+        .map_err(|e| format!("cannot build the judge: {e}"))?;
+    let output = seen.output.as_ref().map_or_else(|| "(none)".to_owned(), |o| o.to_string());
+    let prompt = format!(
+        "## The task\n{task}\n\n## The agent's final answer\n{}\n\n## Its structured output\n{output}\n\n## How its run ended\n{}",
+        seen.answer.as_deref().unwrap_or("(none)"),
+        seen.status
+    );
+    let outcome = built.run(&prompt, cancel.clone()).await;
+    built.shutdown().await;
+    let session = outcome.session_id.clone().unwrap_or_default();
+    let Some(text) = outcome.answer.as_deref().filter(|_| outcome.status == reins::Status::Completed) else {
+        return Err(format!("the judge did not answer ({:?}: {})", outcome.status, outcome.error.unwrap_or_default()));
+    };
+    let json = match (text.find('{'), text.rfind('}')) {
+        (Some(a), Some(b)) if a < b => &text[a..=b],
+        _ => text,
+    };
+    let verdict: serde_json::Value = serde_json::from_str(json)
+        .map_err(|_| format!("the judge's verdict is not JSON: {:?}", crate::check::preview(text)))?;
+    let score = verdict["score"]
+        .as_f64()
+        .filter(|x| (0.0..=1.0).contains(x))
+        .ok_or_else(|| format!("the judge's verdict has no score from 0 to 1: {verdict}"))?;
+    let reason = verdict["reason"].as_str().unwrap_or("").to_owned();
+    Ok(CheckResult {
+        kind: check.name.clone(),
+        score,
+        passed: score >= j.threshold,
+        reason: format!("judge {score} (session {session}): {reason}"),
+        weight: check.weight,
+    })
 }

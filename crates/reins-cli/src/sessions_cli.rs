@@ -384,7 +384,7 @@ fn list(store: &Store, json: bool) -> Result<u8, CliError> {
         return Ok(0);
     }
     outln!(
-        "{:<36}  {:<20}  {:<24}  {:<13}  {:>5}  {:>10}  {:>9}",
+        "{:<36}  {:<20}  {:<24}  {:<17}  {:>5}  {:>10}  {:>9}",
         "ID",
         "STARTED",
         "MODEL",
@@ -403,7 +403,7 @@ fn list(store: &Store, json: bool) -> Result<u8, CliError> {
         let cost = s.cost_usd.map_or_else(|| "-".to_owned(), |c| format!("${c:.4}"));
         let model: String = one_line(s.model.as_deref().unwrap_or("-")).chars().take(24).collect();
         outln!(
-            "{:<36}  {:<20}  {:<24}  {:<13}  {:>5}  {:>10}  {:>9}",
+            "{:<36}  {:<20}  {:<24}  {:<17}  {:>5}  {:>10}  {:>9}",
             s.id,
             started,
             model,

@@ -95,6 +95,9 @@ struct ReportFlags {
     /// Writes a JUnit XML report (a testcase per case) to this file.
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
+    /// Writes a self-contained HTML report (paged; no network access) to this file.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
     /// Exit 0 when every agent's mean score is at least this (0 to 1), even if some case failed.
     #[arg(long, value_name = "X", value_parser = parse_unit)]
     min_score: Option<f64>,
@@ -315,6 +318,11 @@ fn print_report(summary: &Summary, report: &ReportFlags) -> Result<u8, CliError>
     }
     if let Some(path) = &report.junit {
         crate::output::write_private(path, reins_eval::junit(summary).as_bytes())
+            .map_err(|e| CliError::Internal(anyhow::anyhow!("cannot write {}: {e}", path.display())))?;
+    }
+    if let Some(path) = &report.html {
+        let page = reins_eval::html(summary).map_err(eval_err)?;
+        crate::output::write_private(path, page.as_bytes())
             .map_err(|e| CliError::Internal(anyhow::anyhow!("cannot write {}: {e}", path.display())))?;
     }
     Ok(exit_code(summary, report))

@@ -667,3 +667,80 @@ fn an_llm_judge_scores_is_recorded_and_is_reused_by_rescore() {
     let s = json_of(&o);
     assert_eq!(s["agents"][0]["cases"][0]["mean"], 0.8, "{s}");
 }
+
+/// A suite against the local llama.cpp server (`.ci/setup-providers.sh` exports REINS_LLAMA_URL; skipped without
+/// it): the eval runs end to end, whatever score the small model earns.
+#[test]
+fn a_suite_against_the_local_llama_server_runs_end_to_end() {
+    let Some(url) = std::env::var("REINS_LLAMA_URL").ok().filter(|u| !u.is_empty()) else {
+        eprintln!("REINS_LLAMA_URL is not set: skipped");
+        return;
+    };
+    let dir = Dir::new("eval-llama");
+    dir.file(
+        "agent.toml",
+        &format!("model = \"openai-chat:gemma-3-270m\"\n[provider]\nbase_url = \"{url}/v1\"\nmax_response_tokens = 64\n[limits]\nmax_steps = 2\n"),
+    );
+    let suite = dir.file(
+        "suite.toml",
+        "agent = \"agent.toml\"\n[[cases]]\nid = \"arith\"\nprompt = \"What is 2+2? Answer with just the number.\"\n[[cases.checks]]\nkind = \"contains\"\nvalue = \"4\"\n[[cases]]\nid = \"capital\"\nprompt = \"What is the capital of France? One word.\"\n[[cases.checks]]\nkind = \"contains\"\nvalue = \"paris\"\nignore_case = true\n",
+    );
+    let o = eval(&dir, &["run", suite.to_str().unwrap(), "--json"]);
+    assert!(matches!(o.status.code(), Some(0 | 20)), "{}", stderr(&o));
+    let s = json_of(&o);
+    assert_eq!(s["complete"], true, "{s}");
+    assert!(s["agents"][0]["infra_failures"].as_array().unwrap().is_empty(), "{s}");
+    for a in attempts(&dir, s["id"].as_str().unwrap()) {
+        // Whatever the model did (a cut answer is its own failure, scored by the checks), it was asked.
+        assert!(a["observed"]["steps"].as_u64().unwrap() >= 1, "{a}");
+        assert!(a["session_id"].is_string());
+        assert!(a["observed"]["input_tokens"].as_u64().unwrap() > 0, "usage reported: {a}");
+    }
+}
+
+#[test]
+fn each_attempt_gets_a_fresh_private_workspace_removed_unless_keep() {
+    let dir = Dir::new("eval-keep");
+    script(
+        &dir,
+        "w.json",
+        json!([
+            {"content": "", "tool_calls": [{"id": "1", "name": "write_file", "arguments": {"path": "seed.txt", "content": "changed"}}]},
+            {"content": "done"}
+        ]),
+    );
+    agent(&dir, "a.toml", "w.json");
+    std::fs::create_dir_all(dir.0.join("fixture")).unwrap();
+    dir.file("fixture/seed.txt", "original");
+    let log = dir.0.join("where.log");
+    // The verifier notes where the attempt's workspace was.
+    let suite = dir.file(
+        "suite.toml",
+        &format!(
+            "agent = \"a.toml\"\n[[cases]]\nid = \"w\"\nprompt = \"p\"\nworkspace = \"fixture\"\n[[cases.checks]]\nkind = \"verifier\"\ncommand = [\"sh\", \"-c\", \"pwd >> {}\"]\n",
+            log.display()
+        ),
+    );
+    let o = eval(&dir, &["run", suite.to_str().unwrap(), "--epochs", "2", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let places: Vec<String> = std::fs::read_to_string(&log).unwrap().lines().map(str::to_owned).collect();
+    assert_eq!(places.len(), 2);
+    assert_ne!(places[0], places[1], "a fresh workspace per attempt");
+    for p in &places {
+        assert!(!Path::new(p).exists(), "{p} removed after the attempt");
+    }
+    assert_eq!(
+        std::fs::read_to_string(dir.0.join("fixture/seed.txt")).unwrap(),
+        "original",
+        "the fixture is never written"
+    );
+    let o = eval(&dir, &["run", suite.to_str().unwrap(), "--keep", "--json"]);
+    let id = json_of(&o)["id"].as_str().unwrap().to_owned();
+    let kept = attempts(&dir, &id)[0]["workspace"].as_str().unwrap().to_owned();
+    assert_eq!(std::fs::read_to_string(Path::new(&kept).join("seed.txt")).unwrap(), "changed");
+    let private = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(Path::new(&kept).parent().unwrap()).unwrap().permissions(),
+    );
+    assert_eq!(private & 0o077, 0, "the attempt's directory is its owner's only");
+    std::fs::remove_dir_all(Path::new(&kept).parent().unwrap()).unwrap();
+}

@@ -83,6 +83,9 @@ impl Eval {
             let root = tempfile::Builder::new()
                 .prefix("reins-eval-replay-")
                 .tempdir()
+                .and_then(|r| {
+                    std::fs::set_permissions(r.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).map(|()| r)
+                })
                 .map_err(|e| EvalError::Io(format!("cannot make a replay directory: {e}")))?;
             let ws = root.path().join("workspace");
             match case.and_then(|c| c.workspace.as_ref()) {

@@ -334,7 +334,10 @@ impl AttemptJob {
             a.duration_ms = millis(t0.elapsed());
             Some(a)
         };
-        let root = match tempfile::Builder::new().prefix("reins-eval-").tempdir() {
+        // Private: readable by its owner only (the fixture's files and the agent's work in it).
+        let root = match tempfile::Builder::new().prefix("reins-eval-").tempdir().and_then(|r| {
+            std::fs::set_permissions(r.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).map(|()| r)
+        }) {
             Ok(r) => r,
             Err(e) => return infra(attempt, format!("cannot make the attempt's directory: {e}"), t0),
         };

@@ -744,3 +744,81 @@ fn each_attempt_gets_a_fresh_private_workspace_removed_unless_keep() {
     assert_eq!(private & 0o077, 0, "the attempt's directory is its owner's only");
     std::fs::remove_dir_all(Path::new(&kept).parent().unwrap()).unwrap();
 }
+
+/// An OpenAI-compatible Chat Completions server that answers every request at once (keep-alive) and counts the
+/// connections made to it and the requests.
+fn counting_server()
+-> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{BufRead as _, Read as _, Write as _};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let connections = std::sync::Arc::new(AtomicUsize::new(0));
+    let requests = std::sync::Arc::new(AtomicUsize::new(0));
+    let (c, r) = (connections.clone(), requests.clone());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            c.fetch_add(1, Ordering::SeqCst);
+            let r = r.clone();
+            std::thread::spawn(move || {
+                let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+                let mut writer = stream;
+                loop {
+                    let mut length = 0usize;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some((k, v)) = line.split_once(':') {
+                            if k.eq_ignore_ascii_case("content-length") {
+                                length = v.trim().parse().unwrap_or(0);
+                            }
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    r.fetch_add(1, Ordering::SeqCst);
+                    let answer = r#"{"id":"x","object":"chat.completion","created":0,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}"#;
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                        answer.len()
+                    );
+                    if writer.write_all(head.as_bytes()).and_then(|()| writer.write_all(answer.as_bytes())).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, connections, requests)
+}
+
+#[test]
+fn attempts_share_one_client_of_a_real_provider() {
+    let (url, connections, requests) = counting_server();
+    let dir = Dir::new("eval-shared");
+    dir.file(
+        "agent.toml",
+        &format!("model = \"openai-chat:m\"\n[provider]\nbase_url = \"{url}/v1\"\nstream = false\n"),
+    );
+    let suite = ab_suite(&dir, 6);
+    std::fs::write(&suite, format!("agent = \"agent.toml\"\n{}", std::fs::read_to_string(&suite).unwrap())).unwrap();
+    let o = reins()
+        .args(["eval", "run", suite.to_str().unwrap(), "--json", "--store"])
+        .arg(dir.store())
+        .env("OPENAI_API_KEY", "test")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(20), "{}", stderr(&o));
+    assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 6);
+    // One model, one HTTP client, one kept-alive connection for the six attempts (one each without sharing).
+    assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 1);
+}

@@ -205,6 +205,7 @@ impl Eval {
         let mut passed = final_attempts(&previous).iter().filter(|a| a.passed && a.infra.is_none()).count();
         plan.retain(|(a, _, e, id)| !tries.get(&(*a, id.clone(), *e)).is_some_and(|t| t.1));
         let mut retries: VecDeque<(usize, usize, u32, String)> = VecDeque::new();
+        let models = Models::default();
         let mut inflight = FuturesUnordered::new();
         let mut ran = 0;
         let mut stopped = None;
@@ -243,6 +244,7 @@ impl Eval {
                     try_number,
                     def: self.defs[agent][ci].clone(),
                     keep: options.keep,
+                    models: models.clone(),
                 };
                 let store = store.clone();
                 let cancel = cancel.clone();
@@ -295,6 +297,30 @@ pub fn final_attempts(attempts: &[Attempt]) -> Vec<Attempt> {
     last.into_values().collect()
 }
 
+/// The models of real providers, shared by every attempt of an eval that names the same model and provider
+/// settings: one HTTP client, rate limiter and retry budget for all of them (a script model is never shared: each
+/// attempt starts at its first turn).
+#[derive(Clone, Default)]
+struct Models(std::sync::Arc<std::sync::Mutex<BTreeMap<String, std::sync::Arc<dyn reins::Model>>>>);
+
+impl Models {
+    /// The shared model for `def`, `built` becoming it when there is none yet.
+    fn share(
+        &self,
+        def: &reins_agent::AgentDef,
+        built: std::sync::Arc<dyn reins::Model>,
+    ) -> std::sync::Arc<dyn reins::Model> {
+        let Some(model) = &def.model else { return built };
+        if matches!(model.kind().0, reins_agent::ModelKind::Script) {
+            return built;
+        }
+        let json = def.to_json();
+        let key = format!("{}\u{0}{}", json["model"], json["provider"]);
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.entry(key).or_insert(built).clone()
+    }
+}
+
 struct AttemptJob {
     eval: String,
     label: String,
@@ -304,6 +330,7 @@ struct AttemptJob {
     try_number: u32,
     def: reins_agent::AgentDef,
     keep: bool,
+    models: Models,
 }
 
 impl AttemptJob {
@@ -352,10 +379,11 @@ impl AttemptJob {
             return infra(attempt, why, t0);
         }
         self.def.workspace.path = Some(workspace.clone());
-        let parts = match self.def.parts().await {
+        let mut parts = match self.def.parts().await {
             Ok(p) => p,
             Err(e) => return infra(attempt, format!("cannot build the agent: {e}"), t0),
         };
+        parts.model = self.models.share(&self.def, parts.model.clone());
         let mut meta = parts.session_meta();
         if let Some(config) = meta.config.as_mut().and_then(|c| c.as_object_mut()) {
             config.insert(

@@ -269,8 +269,42 @@ async fn drive(eval: &Eval, store: &reins_store::Store, report: &ReportFlags) ->
     crate::signals::cancel_on_signals(cancel.clone(), "the eval")?;
     let labels: Vec<String> = eval.meta.agents.iter().map(|a| a.label.clone()).collect();
     let several = labels.len() > 1;
+    // On a terminal a bar (done/total, pass rate, cost, ETA) rewritten in place, with a line kept for each failure;
+    // otherwise a plain line per attempt.
+    let bar = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let started = std::time::Instant::now();
+    let mut ran = 0u64;
     let mut progress = |p: &reins_eval::Progress<'_>| {
         let a = p.attempt;
+        ran += 1;
+        if bar {
+            crate::output::stderr_raw("\r\x1b[K");
+            if a.infra.is_some() || !a.passed {
+                let why = a.infra.clone().unwrap_or_else(|| {
+                    a.checks.iter().find(|c| !c.passed).map(|c| format!("{}: {}", c.kind, c.reason)).unwrap_or_default()
+                });
+                errln!(
+                    "{}#{}: {} {why}",
+                    a.case,
+                    a.epoch,
+                    if a.infra.is_some() { "infrastructure failure" } else { "fail" }
+                );
+            }
+            let left = p.total.saturating_sub(p.done) as f64;
+            let eta = started.elapsed().as_secs_f64() / ran as f64 * left;
+            let rate = if p.done > 0 { 100.0 * p.passed as f64 / p.done as f64 } else { 0.0 };
+            crate::output::stderr_raw(&format!(
+                "[{}/{}] {rate:.0}% passed, ${:.4}, ETA {}",
+                p.done,
+                p.total,
+                p.cost_usd,
+                crate::render::human_ms(eta * 1000.0)
+            ));
+            if p.done == p.total {
+                crate::output::stderr_raw("\n");
+            }
+            return;
+        }
         let who =
             if several { format!(" [{}]", labels.get(a.agent).map_or("?", String::as_str)) } else { String::new() };
         let verdict = match &a.infra {
@@ -290,6 +324,9 @@ async fn drive(eval: &Eval, store: &reins_store::Store, report: &ReportFlags) ->
         );
     };
     let end = eval.run(store, &cancel, &mut progress).await.map_err(eval_err)?;
+    if bar && end.stopped.is_some() {
+        crate::output::stderr_raw("\n");
+    }
     if end.skipped > 0 {
         errln!("reins: {} attempts were already done and did not run again", end.skipped);
     }

@@ -786,7 +786,12 @@ fn counting_server()
                         return;
                     }
                     r.fetch_add(1, Ordering::SeqCst);
-                    let answer = r#"{"id":"x","object":"chat.completion","created":0,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}"#;
+                    // A first turn writes a file with the workspace tools; after the tool's result, the answer.
+                    let answer = if String::from_utf8_lossy(&body).contains("\"role\":\"tool\"") {
+                        r#"{"id":"x","object":"chat.completion","created":0,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}"#
+                    } else {
+                        r#"{"id":"x","object":"chat.completion","created":0,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function","function":{"name":"write_file","arguments":"{\"path\":\"mark.txt\",\"content\":\"x\"}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}"#
+                    };
                     let head = format!(
                         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
                         answer.len()
@@ -809,8 +814,14 @@ fn attempts_share_one_client_of_a_real_provider() {
         "agent.toml",
         &format!("model = \"openai-chat:m\"\n[provider]\nbase_url = \"{url}/v1\"\nstream = false\n"),
     );
-    let suite = ab_suite(&dir, 6);
-    std::fs::write(&suite, format!("agent = \"agent.toml\"\n{}", std::fs::read_to_string(&suite).unwrap())).unwrap();
+    // Each attempt's own workspace (a fresh copy of the fixture) holds the file its model wrote with the tools.
+    let mut text = "agent = \"agent.toml\"\n".to_owned();
+    for i in 0..6 {
+        text.push_str(&format!("[[cases]]\nid = \"case-{i}\"\nprompt = \"p\"\nworkspace = \"fixture\"\n[[cases.checks]]\nkind = \"contains\"\nvalue = \"right\"\n[[cases.checks]]\nkind = \"verifier\"\ncommand = [\"sh\", \"-c\", \"test -f mark.txt && test -f seed.txt\"]\n"));
+    }
+    std::fs::create_dir_all(dir.0.join("fixture")).unwrap();
+    dir.file("fixture/seed.txt", "seed");
+    let suite = dir.file("suite.toml", &text);
     let o = reins()
         .args(["eval", "run", suite.to_str().unwrap(), "--json", "--store"])
         .arg(dir.store())
@@ -818,7 +829,11 @@ fn attempts_share_one_client_of_a_real_provider() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(20), "{}", stderr(&o));
-    assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 6);
+    assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 12);
+    let s = json_of(&o);
+    for case in s["agents"][0]["cases"].as_array().unwrap() {
+        assert_eq!(case["failures"].as_array().unwrap().len(), 1, "only the answer's check fails: {case}");
+    }
     // One model, one HTTP client, one kept-alive connection for the six attempts (one each without sharing).
     assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 1);
 }

@@ -301,9 +301,56 @@ pub fn final_attempts(attempts: &[Attempt]) -> Vec<Attempt> {
 /// settings: one HTTP client, rate limiter and retry budget for all of them (a script model is never shared: each
 /// attempt starts at its first turn).
 #[derive(Clone, Default)]
-struct Models(std::sync::Arc<std::sync::Mutex<BTreeMap<String, std::sync::Arc<dyn reins::Model>>>>);
+struct Models {
+    models: std::sync::Arc<std::sync::Mutex<BTreeMap<String, std::sync::Arc<dyn reins::Model>>>>,
+    /// The workspace-independent parts of an agent with a real model (no MCP server, no sub-agent), by its
+    /// definition without the workspace path: built once (a provider's HTTP client loads the root certificates,
+    /// the costliest part of an attempt), the workspace tools and instructions made again for each attempt.
+    templates: std::sync::Arc<std::sync::Mutex<BTreeMap<String, std::sync::Arc<reins_agent::Parts>>>>,
+}
 
 impl Models {
+    /// The parts of `def` for one attempt.
+    async fn parts(&self, def: &reins_agent::AgentDef) -> Result<reins_agent::Parts, reins_agent::BuildError> {
+        let real = def.model.as_ref().is_some_and(|m| !matches!(m.kind().0, reins_agent::ModelKind::Script));
+        if !real || !def.mcp.is_empty() || !def.agents.is_empty() {
+            let mut parts = def.parts().await?;
+            parts.model = self.share(def, parts.model.clone());
+            return Ok(parts);
+        }
+        let mut json = def.to_json();
+        if let Some(w) = json.get_mut("workspace").and_then(|w| w.as_object_mut()) {
+            w.remove("path");
+        }
+        let key = json.to_string();
+        let cached = self.templates.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key).cloned();
+        let t = match cached {
+            Some(t) => t,
+            None => {
+                let built = std::sync::Arc::new(def.parts().await?);
+                let mut map = self.templates.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                map.entry(key).or_insert(built).clone()
+            }
+        };
+        let w = def.build_workspace()?;
+        let (instructions, notes) = def.compose_instructions(&w, t.own_instructions.clone());
+        Ok(reins_agent::Parts {
+            def: def.clone(),
+            model: t.model.clone(),
+            pricing: t.pricing.clone(),
+            tools: w.tools,
+            mcp: None,
+            limits: t.limits.clone(),
+            context: t.context.clone(),
+            compact_model: t.compact_model.clone(),
+            instructions,
+            own_instructions: t.own_instructions.clone(),
+            notes,
+            output_schema: t.output_schema.clone(),
+            agent_pricing: t.agent_pricing.clone(),
+        })
+    }
+
     /// The shared model for `def`, `built` becoming it when there is none yet.
     fn share(
         &self,
@@ -316,7 +363,7 @@ impl Models {
         }
         let json = def.to_json();
         let key = format!("{}\u{0}{}", json["model"], json["provider"]);
-        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut map = self.models.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         map.entry(key).or_insert(built).clone()
     }
 }
@@ -379,11 +426,10 @@ impl AttemptJob {
             return infra(attempt, why, t0);
         }
         self.def.workspace.path = Some(workspace.clone());
-        let mut parts = match self.def.parts().await {
+        let parts = match self.models.parts(&self.def).await {
             Ok(p) => p,
             Err(e) => return infra(attempt, format!("cannot build the agent: {e}"), t0),
         };
-        parts.model = self.models.share(&self.def, parts.model.clone());
         let mut meta = parts.session_meta();
         if let Some(config) = meta.config.as_mut().and_then(|c| c.as_object_mut()) {
             config.insert(

@@ -837,3 +837,38 @@ fn attempts_share_one_client_of_a_real_provider() {
     // One model, one HTTP client, one kept-alive connection for the six attempts (one each without sharing).
     assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
+
+#[test]
+fn case_folders_take_a_prompt_file_and_override_the_agents_model_and_limits() {
+    let dir = Dir::new("eval-overrides");
+    script(&dir, "never.json", answer("the agent's own model"));
+    agent(&dir, "a.toml", "never.json");
+    std::fs::create_dir_all(dir.0.join("cases/limited")).unwrap();
+    std::fs::create_dir_all(dir.0.join("cases/plain")).unwrap();
+    // Two steps scripted; the case allows one.
+    script(
+        &dir,
+        "cases/limited/two.json",
+        json!([
+            {"content": "", "tool_calls": [{"id": "1", "name": "echo", "arguments": {"text": "a"}}]},
+            {"content": "done"}
+        ]),
+    );
+    dir.file("cases/limited/prompt.md", "go\n");
+    dir.file(
+        "cases/limited/case.toml",
+        "prompt_file = \"prompt.md\"\nmodel = \"script:two.json\"\nlimits = { max_steps = 1 }\n[[checks]]\nkind = \"status\"\nvalue = \"step_limit\"\n",
+    );
+    dir.file("cases/plain/case.toml", "prompt = \"p\"\n[[checks]]\nkind = \"contains\"\nvalue = \"own model\"\n");
+    let suite = dir.file("suite.toml", "agent = \"a.toml\"\ncases_dir = \"cases\"\n");
+    let o = eval(&dir, &["run", suite.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let s = json_of(&o);
+    let ids: Vec<&str> =
+        s["agents"][0]["cases"].as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["limited", "plain"], "folder names are the ids, in order");
+    let a = attempts(&dir, s["id"].as_str().unwrap());
+    let limited = a.iter().find(|x| x["case"] == "limited").unwrap();
+    assert_eq!(limited["observed"]["steps"], 1, "{limited}");
+    assert_eq!(limited["observed"]["status"], "step_limit");
+}

@@ -360,6 +360,10 @@ fn kill_9_mid_suite_then_resume_runs_no_completed_attempt_again() {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    // A second process cannot resume the eval while the first runs it.
+    let o = eval(&dir, &["resume", &id]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("is running it now"), "{}", stderr(&o));
     child.kill().unwrap();
     child.wait().unwrap();
     let before: Vec<String> = attempts(&dir, &id).iter().map(|a| a["case"].as_str().unwrap().to_owned()).collect();

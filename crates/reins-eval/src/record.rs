@@ -182,6 +182,39 @@ impl EvalDir {
         write_private(&file, &json).map_err(|e| io("cannot write", &file, e))
     }
 
+    /// Takes the eval for this process (`lock` holds its pid) until the guard is dropped: a second process
+    /// running or resuming the same eval is refused while the first is alive. A lock left by a process that
+    /// died (a crash, `kill -9`) is taken over.
+    pub fn lock(&self) -> Result<EvalLock, EvalError> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let file = self.path.join("lock");
+        for _ in 0..2 {
+            match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&file) {
+                Ok(mut f) => {
+                    f.write_all(std::process::id().to_string().as_bytes()).map_err(|e| io("cannot write", &file, e))?;
+                    return Ok(EvalLock { file });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let holder = std::fs::read_to_string(&file).unwrap_or_default();
+                    let alive = holder
+                        .trim()
+                        .parse::<u32>()
+                        .is_ok_and(|pid| pid != std::process::id() && Path::new(&format!("/proc/{pid}")).exists());
+                    if alive {
+                        return Err(EvalError::Record {
+                            id: self.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+                            message: format!("process {} is running it now", holder.trim()),
+                        });
+                    }
+                    // Left by a process that is gone: taken over.
+                    let _ = std::fs::remove_file(&file);
+                }
+                Err(e) => return Err(io("cannot create", &file, e)),
+            }
+        }
+        Err(EvalError::Io(format!("cannot take {}", file.display())))
+    }
+
     /// Appends `attempt` to `attempts.jsonl` and syncs it to disk.
     pub fn append(&self, attempt: &Attempt) -> Result<(), EvalError> {
         use std::os::unix::fs::OpenOptionsExt as _;
@@ -230,4 +263,16 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// Now, RFC 3339.
 pub fn now() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+/// The eval taken by this process (see [`EvalDir::lock`]); released when dropped.
+#[derive(Debug)]
+pub struct EvalLock {
+    file: PathBuf,
+}
+
+impl Drop for EvalLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file);
+    }
 }

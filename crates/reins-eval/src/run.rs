@@ -179,6 +179,7 @@ impl Eval {
         cancel: &CancellationToken,
         progress: &mut dyn FnMut(&Progress<'_>),
     ) -> Result<RunEnd, EvalError> {
+        let _lock = self.dir.lock()?;
         let options = &self.meta.options;
         let previous = self.dir.attempts()?;
         let mut tries: BTreeMap<(usize, String, u32), (u32, bool)> = BTreeMap::new();

@@ -270,9 +270,6 @@ impl AgentDef {
         if let Some(d) = p.response_deadline {
             b = b.response_deadline(d.0);
         }
-        if let Some(d) = p.response_deadline {
-            b = b.response_deadline(d.0);
-        }
         if let Some(d) = p.connect_timeout {
             b = b.connect_timeout(d.0);
         }

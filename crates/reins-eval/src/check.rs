@@ -83,17 +83,37 @@ pub enum On {
 #[derive(Clone, Debug)]
 pub enum Kind {
     /// The subject equals the value (text trimmed; JSON by value).
-    Equals { on: On, value: serde_json::Value },
+    Equals {
+        /// What is compared: the answer or the structured output.
+        on: On,
+        /// The expected value.
+        value: serde_json::Value,
+    },
     /// The answer contains the text.
-    Contains { text: String, ignore_case: bool },
+    Contains {
+        /// The text looked for.
+        text: String,
+        /// Whether case is ignored.
+        ignore_case: bool,
+    },
     /// The answer matches the expression.
     Regex(regex::Regex),
     /// The output matches the schema.
     JsonSchema(Arc<jsonschema::Validator>),
     /// The output's value at the pointer equals the value.
-    JsonPointer { pointer: String, value: serde_json::Value },
+    JsonPointer {
+        /// The JSON pointer into the output (`/a/0`).
+        pointer: String,
+        /// The value expected there.
+        value: serde_json::Value,
+    },
     /// The tool was called (with these arguments, when given).
-    ToolCalled { tool: String, arguments: Option<serde_json::Value> },
+    ToolCalled {
+        /// The tool's name.
+        tool: String,
+        /// Arguments the call must match (a subset, compared recursively), when given.
+        arguments: Option<serde_json::Value>,
+    },
     /// The tool was never called.
     ToolNotCalled(String),
     /// The tools were called in this order.

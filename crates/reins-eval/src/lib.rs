@@ -9,6 +9,8 @@
 //! agents case by case (paired difference, exact McNemar, seeded paired bootstrap). The statistics are pure
 //! functions in [`stats`].
 
+#![warn(missing_docs)]
+
 mod again;
 mod check;
 mod error;

@@ -19,6 +19,8 @@
 //!
 //! The wire types below are the contract between the two.
 
+#![warn(missing_docs)]
+
 pub mod client;
 pub mod journal;
 pub mod worker;

@@ -174,88 +174,96 @@ fn check_workspace(def: &AgentDef, session: &str) -> Result<(), HandlerError> {
     std::fs::read_dir(path).map(|_| ()).map_err(|e| refused(e.to_string()))
 }
 
-#[restate_sdk::object(name = "ReinsSession")]
-impl Session {
-    /// Runs one turn of the session: the first one starts the run with the given agent, a later one
-    /// continues the session's run with a follow-up prompt. Returns the run's outcome.
-    #[handler(name = "turn")]
-    async fn turn(
-        &self,
-        ctx: ObjectContext<'_>,
-        request: Json<serde_json::Value>,
-    ) -> Result<Json<Outcome>, HandlerError> {
-        let session = ctx.key().to_owned();
-        let request = TurnRequest::from_json(request.into_inner())
-            .map_err(|e| terminal(format!("session {session}: bad turn: {e}")))?;
-        if !crate::is_valid_id(&request.run_id) {
-            return Err(terminal(format!("session {session}: invalid run id {:?}", request.run_id)));
-        }
-        let stored: Option<Json<serde_json::Value>> = ctx.get(STATE_AGENT).await?;
-        let (chosen, new_agent) = self.choose(&request, stored.map(Json::into_inner), &session)?;
-        let Some(operators) = self.agents.get(&chosen.name) else {
-            return Err(terminal(format!("session {session}: this worker has no agent named {:?}", chosen.name)));
-        };
-        let def = chosen.overrides.apply(operators);
-        def.validate().map_err(|e| terminal(format!("session {session}: bad agent definition: {e}")))?;
-        check_workspace(&def, &session)?;
-        let previous: Option<Json<Outcome>> = ctx.get(STATE_RUN).await?;
+/// The virtual object `ReinsSession` (its handlers; the client type restate-sdk generates for it is
+/// undocumented, hence the lint allowed here).
+#[allow(missing_docs)]
+mod object {
+    use super::*;
 
-        let mcp = def.start_mcp().await.map_err(|e| build_error(e, &session))?;
-        let parts = def.parts_with(mcp.clone()).map_err(|e| build_error(e, &session))?;
-        let agent = parts
-            .builder()
-            .map_err(|e| build_error(e, &session))?
-            .build()
-            .map_err(|e| terminal(format!("session {session}: the agent cannot be built: {e}")))?;
-
-        let state = match previous {
-            Some(Json(previous)) => RunState::resume(
-                &request.run_id,
-                previous.messages,
-                agent.limits().clone(),
-                agent.context(),
-                UNFINISHED,
-            )
-            .and_then(|mut s| {
-                s.push_user(request.prompt.clone(), agent.context()).map_err(|e| reins::ConfigError(e.to_string()))?;
-                Ok(s)
-            }),
-            None => RunState::new(&request.run_id, request.prompt.clone(), agent.limits().clone(), agent.context()),
-        };
-        let mut state = match state {
-            Ok(s) => s,
-            Err(e) => {
-                if let Some(m) = &mcp {
-                    m.shutdown().await;
-                }
-                return Err(terminal(format!("session {session}: the turn cannot start: {e}")));
+    #[restate_sdk::object(name = "ReinsSession")]
+    impl Session {
+        /// Runs one turn of the session: the first one starts the run with the given agent, a later one
+        /// continues the session's run with a follow-up prompt. Returns the run's outcome.
+        #[handler(name = "turn")]
+        async fn turn(
+            &self,
+            ctx: ObjectContext<'_>,
+            request: Json<serde_json::Value>,
+        ) -> Result<Json<Outcome>, HandlerError> {
+            let session = ctx.key().to_owned();
+            let request = TurnRequest::from_json(request.into_inner())
+                .map_err(|e| terminal(format!("session {session}: bad turn: {e}")))?;
+            if !crate::is_valid_id(&request.run_id) {
+                return Err(terminal(format!("session {session}: invalid run id {:?}", request.run_id)));
             }
-        };
-        state.set_instructions(agent.instructions().map(Arc::from), agent.context());
+            let stored: Option<Json<serde_json::Value>> = ctx.get(STATE_AGENT).await?;
+            let (chosen, new_agent) = self.choose(&request, stored.map(Json::into_inner), &session)?;
+            let Some(operators) = self.agents.get(&chosen.name) else {
+                return Err(terminal(format!("session {session}: this worker has no agent named {:?}", chosen.name)));
+            };
+            let def = chosen.overrides.apply(operators);
+            def.validate().map_err(|e| terminal(format!("session {session}: bad agent definition: {e}")))?;
+            check_workspace(&def, &session)?;
+            let previous: Option<Json<Outcome>> = ctx.get(STATE_RUN).await?;
 
-        let cancel = CancellationToken::new();
-        let max_result = agent.context().max_tool_result_chars;
-        let performer = Journaled::new(&ctx, cancel.clone(), session.clone(), max_result).with_approvals(&agent);
-        let mut outcome = agent.drive_with(state, cancel, &performer).await;
-        drop(performer);
-        // A wait for decisions that the run's end cut short (cancelled, deadline) is over.
-        ctx.clear(crate::STATE_APPROVAL);
-        if let Some(m) = &mcp {
-            m.shutdown().await;
-        }
-        outcome.session_id = Some(session);
-        ctx.set(STATE_RUN, Json(outcome.clone()));
-        if new_agent {
-            ctx.set(STATE_AGENT, Json(chosen));
-        }
-        Ok(Json(outcome))
-    }
+            let mcp = def.start_mcp().await.map_err(|e| build_error(e, &session))?;
+            let parts = def.parts_with(mcp.clone()).map_err(|e| build_error(e, &session))?;
+            let agent = parts
+                .builder()
+                .map_err(|e| build_error(e, &session))?
+                .build()
+                .map_err(|e| terminal(format!("session {session}: the agent cannot be built: {e}")))?;
 
-    /// The outcome of the session's last finished turn, if any (does not wait for a turn under way).
-    #[handler(name = "last")]
-    async fn last(&self, ctx: SharedObjectContext<'_>) -> Result<Json<Option<Outcome>>, HandlerError> {
-        let previous: Option<Json<Outcome>> = ctx.get(STATE_RUN).await?;
-        Ok(Json(previous.map(Json::into_inner)))
+            let state = match previous {
+                Some(Json(previous)) => RunState::resume(
+                    &request.run_id,
+                    previous.messages,
+                    agent.limits().clone(),
+                    agent.context(),
+                    UNFINISHED,
+                )
+                .and_then(|mut s| {
+                    s.push_user(request.prompt.clone(), agent.context())
+                        .map_err(|e| reins::ConfigError(e.to_string()))?;
+                    Ok(s)
+                }),
+                None => RunState::new(&request.run_id, request.prompt.clone(), agent.limits().clone(), agent.context()),
+            };
+            let mut state = match state {
+                Ok(s) => s,
+                Err(e) => {
+                    if let Some(m) = &mcp {
+                        m.shutdown().await;
+                    }
+                    return Err(terminal(format!("session {session}: the turn cannot start: {e}")));
+                }
+            };
+            state.set_instructions(agent.instructions().map(Arc::from), agent.context());
+
+            let cancel = CancellationToken::new();
+            let max_result = agent.context().max_tool_result_chars;
+            let performer = Journaled::new(&ctx, cancel.clone(), session.clone(), max_result).with_approvals(&agent);
+            let mut outcome = agent.drive_with(state, cancel, &performer).await;
+            drop(performer);
+            // A wait for decisions that the run's end cut short (cancelled, deadline) is over.
+            ctx.clear(crate::STATE_APPROVAL);
+            if let Some(m) = &mcp {
+                m.shutdown().await;
+            }
+            outcome.session_id = Some(session);
+            ctx.set(STATE_RUN, Json(outcome.clone()));
+            if new_agent {
+                ctx.set(STATE_AGENT, Json(chosen));
+            }
+            Ok(Json(outcome))
+        }
+
+        /// The outcome of the session's last finished turn, if any (does not wait for a turn under way).
+        #[handler(name = "last")]
+        async fn last(&self, ctx: SharedObjectContext<'_>) -> Result<Json<Option<Outcome>>, HandlerError> {
+            let previous: Option<Json<Outcome>> = ctx.get(STATE_RUN).await?;
+            Ok(Json(previous.map(Json::into_inner)))
+        }
     }
 }
 

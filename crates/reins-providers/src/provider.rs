@@ -369,6 +369,47 @@ impl ProviderBuilder {
 
     /// Checks the settings and builds the provider.
     pub fn build(mut self) -> Result<Provider, ProviderError> {
+        self.check_settings()?;
+        if self.settings.price.is_none() {
+            self.settings.price = crate::pricing::model_info(&self.settings.model).map(|i| i.price);
+        }
+        let (parsed, url) = self.endpoint()?;
+        // A named local server needs no key wherever it runs; any other server does unless it is local.
+        if self.api_key.is_none() && !is_local(&parsed) {
+            if let Some(env) = self.key_env() {
+                return Err(ProviderError::MissingApiKey { env });
+            }
+        }
+        if self.settings.chat_max_tokens_field.is_empty() {
+            let official = parsed.host_str() == Some("api.openai.com");
+            self.settings.chat_max_tokens_field =
+                if official { "max_completion_tokens" } else { "max_tokens" }.to_owned();
+        }
+        let headers = self.request_headers()?;
+        let client = http_client(self.connect_timeout)?;
+        let output_cap = self.output_cap();
+        Ok(Provider {
+            inner: Arc::new(Inner {
+                api: self.api,
+                system: self.named.map(|n| n.system),
+                settings: self.settings,
+                url,
+                headers,
+                client,
+                stream: self.stream,
+                retry: self.retry,
+                idle_timeout: self.idle_timeout,
+                response_timeout: self.response_timeout,
+                response_deadline: self.response_deadline,
+                max_response_bytes: self.max_response_bytes,
+                output_cap,
+                limiter: self.limiter.unwrap_or_default(),
+            }),
+        })
+    }
+
+    /// The settings' own checks: model name, output cap, reasoning, temperature, timeouts, body cap, price.
+    fn check_settings(&self) -> Result<(), ProviderError> {
         if self.settings.model.trim().is_empty() {
             return Err(ProviderError::InvalidSetting("the model name is empty".into()));
         }
@@ -413,9 +454,11 @@ impl ProviderBuilder {
         if let Some(p) = &self.settings.price {
             p.validate().map_err(|e| ProviderError::InvalidSetting(format!("price: {e}")))?;
         }
-        if self.settings.price.is_none() {
-            self.settings.price = crate::pricing::model_info(&self.settings.model).map(|i| i.price);
-        }
+        Ok(())
+    }
+
+    /// The base URL (given, the named provider's, or the API's default), checked, and the endpoint under it.
+    fn endpoint(&self) -> Result<(reqwest::Url, reqwest::Url), ProviderError> {
         let given = self.base_url.clone();
         let base = match (&given, self.named) {
             (Some(url), _) => url.clone(),
@@ -438,18 +481,12 @@ impl ProviderBuilder {
             Api::Anthropic => "/v1/messages",
         };
         let url = reqwest::Url::parse(&format!("{trimmed}{path}")).map_err(|e| invalid(e.to_string()))?;
-        // A named local server needs no key wherever it runs; any other server does unless it is local.
-        if self.api_key.is_none() && !is_local(&parsed) {
-            if let Some(env) = self.key_env() {
-                return Err(ProviderError::MissingApiKey { env });
-            }
-        }
-        if self.settings.chat_max_tokens_field.is_empty() {
-            let official = parsed.host_str() == Some("api.openai.com");
-            self.settings.chat_max_tokens_field =
-                if official { "max_completion_tokens" } else { "max_tokens" }.to_owned();
-        }
+        Ok((parsed, url))
+    }
 
+    /// The headers every request carries: content type, accept, user agent, the key, the API version, the
+    /// caller's own.
+    fn request_headers(&self) -> Result<HeaderMap, ProviderError> {
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         let accept = if self.stream { "text/event-stream" } else { "application/json" };
@@ -479,46 +516,33 @@ impl ProviderBuilder {
             let v = HeaderValue::from_str(value.trim()).map_err(|e| bad(e.to_string()))?;
             headers.insert(n, v);
         }
+        Ok(headers)
+    }
 
-        install_crypto_provider();
-        // No redirect is followed: a redirect would carry the API key, the headers and the whole conversation
-        // to wherever the server's `Location` names (reqwest keeps `x-api-key` and custom headers across hosts).
-        let client = reqwest::Client::builder()
-            .connect_timeout(self.connect_timeout)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| ProviderError::Client(error_chain(&e)))?;
-        // What a stream may deliver before it is cut as over the response cap: generous bytes per token of the cap
-        // sent (or the model's own), so that only a server ignoring the cap meets it.
+    /// What a stream may deliver before it is cut as over the response cap: generous bytes per token of the cap
+    /// sent (or the model's own), so that only a server ignoring the cap meets it.
+    fn output_cap(&self) -> usize {
         let cap_tokens = self
             .settings
             .max_output_tokens
             .map(u64::from)
             .or_else(|| crate::pricing::model_info(&self.settings.model).map(|i| i.max_output_tokens))
             .unwrap_or(u64::from(DEFAULT_RESPONSE_CAP));
-        let output_cap = usize::try_from(cap_tokens.saturating_mul(BYTES_PER_TOKEN))
-            .unwrap_or(usize::MAX)
-            .min(self.max_response_bytes);
-        Ok(Provider {
-            inner: Arc::new(Inner {
-                api: self.api,
-                system: self.named.map(|n| n.system),
-                settings: self.settings,
-                url,
-                headers,
-                client,
-                stream: self.stream,
-                retry: self.retry,
-                idle_timeout: self.idle_timeout,
-                response_timeout: self.response_timeout,
-                response_deadline: self.response_deadline,
-                max_response_bytes: self.max_response_bytes,
-                output_cap,
-                limiter: self.limiter.unwrap_or_default(),
-            }),
-        })
+        usize::try_from(cap_tokens.saturating_mul(BYTES_PER_TOKEN)).unwrap_or(usize::MAX).min(self.max_response_bytes)
     }
+}
+
+/// The HTTP client: rustls, pooled connections, no redirects.
+fn http_client(connect_timeout: Duration) -> Result<reqwest::Client, ProviderError> {
+    install_crypto_provider();
+    // No redirect is followed: a redirect would carry the API key, the headers and the whole conversation
+    // to wherever the server's `Location` names (reqwest keeps `x-api-key` and custom headers across hosts).
+    reqwest::Client::builder()
+        .connect_timeout(connect_timeout)
+        .pool_idle_timeout(Duration::from_secs(60))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| ProviderError::Client(error_chain(&e)))
 }
 
 /// Loopback and private-network hosts, which may serve a model without an API key.

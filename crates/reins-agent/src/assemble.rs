@@ -174,67 +174,16 @@ impl AgentDef {
     /// `GROQ_API_KEY`, ...; a local server's none), never from the definition.
     pub fn build_model(&self) -> Result<(Arc<dyn Model>, Option<Pricing>), BuildError> {
         let spec = self.model_spec()?;
-        let p = &self.provider;
         let (api, name) = match spec.kind() {
-            (ModelKind::Script, file) => {
-                let priced = crate::definition::ProviderDef { price: None, ..p.clone() };
-                if priced != Default::default() {
-                    let key = serde_json::to_value(&priced)
-                        .ok()
-                        .and_then(|v| v.as_object().and_then(|m| m.keys().next().cloned()))
-                        .unwrap_or_default();
-                    return Err(DefError::at(
-                        format!("provider.{key}"),
-                        format!(
-                            "applies to openai:, openai-chat: and anthropic: models, not {:?} (only `price` applies to a script)",
-                            spec.as_str()
-                        ),
-                    )
-                    .into());
-                }
-                let text = read_bounded(Path::new(file), MAX_SCRIPT_BYTES)
-                    .map_err(|e| invalid(format!("cannot read script file {file:?}: {e}")))?;
-                let steps = reins::parse_script(&text).map_err(|e| invalid(format!("script file {file:?}: {e}")))?;
-                // A script file continues where the conversation it is asked to continue is (a resumed
-                // session, an approval, a durable turn after a restart, a chat turn).
-                let script = ScriptedModel::new(steps).following_transcript();
-                let Some(price) = p.price.map(|d| d.to_price()) else {
-                    return Ok((Arc::new(script), None));
-                };
-                let pricing = Pricing { model: spec.as_str().to_owned(), price: Some(price) };
-                return Ok((Arc::new(script.with_price(price)), Some(pricing)));
-            }
+            (ModelKind::Script, file) => return self.script_model(spec, file),
             (ModelKind::Provider(api), name) => (api, name.to_owned()),
         };
-        let mut b = match spec.named() {
+        let b = match spec.named() {
             Some(named) => named.builder(name.clone()),
             None => Provider::builder(api, name.clone()),
         };
-        if let Some(env) = &p.api_key_env {
-            b = b.api_key_env(env.clone());
-        }
-        let mut b = b.api_key_from_env();
-        if let Some(url) = &p.base_url {
-            b = b.base_url(url.clone());
-        }
-        if let Some(n) = p.max_response_tokens {
-            b = b.max_output_tokens(u32::try_from(n.get()).unwrap_or(u32::MAX));
-        }
-        if let Some(t) = p.temperature {
-            b = b.temperature(t.get());
-        }
-        if let Some(price) = p.price {
-            b = b.price(price.to_price());
-        }
-        if let Some(c) = &p.tool_choice {
-            b = b.tool_choice(c.0.clone());
-        }
-        if let Some(e) = p.reasoning_effort {
-            b = b.reasoning_effort(e);
-        }
-        if let Some(n) = p.thinking_budget {
-            b = b.thinking_budget(u32::try_from(n.get()).unwrap_or(u32::MAX));
-        }
+        let b = provider_settings(b, &self.provider);
+        let p = &self.provider;
         // What the API would refuse, named by its key (the provider checks it again, without key paths).
         reins_providers::check_reasoning(&reins_providers::ReasoningSettings {
             api,
@@ -246,62 +195,6 @@ impl AgentDef {
             thinking_budget: p.thinking_budget.map(|n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
         })
         .map_err(|c| DefError::at(format!("provider.{}", c.setting), c.reason))?;
-        if let Some(s) = p.stream {
-            b = b.stream(s);
-        }
-        if let Some(c) = p.prompt_cache {
-            b = b.prompt_cache(c);
-        }
-        for (k, v) in &p.headers {
-            b = b.header(k.clone(), v.clone());
-        }
-        if let Some(extra) = &p.extra_body {
-            b = b.extra_body(extra.clone());
-        }
-        if let Some(f) = &p.chat_max_tokens_field {
-            b = b.chat_max_tokens_field(f.clone());
-        }
-        if let Some(d) = p.idle_timeout {
-            b = b.idle_timeout(d.0);
-        }
-        if let Some(d) = p.response_timeout {
-            b = b.response_timeout(d.0);
-        }
-        if let Some(d) = p.response_deadline {
-            b = b.response_deadline(d.0);
-        }
-        if let Some(d) = p.connect_timeout {
-            b = b.connect_timeout(d.0);
-        }
-        if let Some(n) = p.max_response_bytes {
-            b = b.max_response_bytes(usize::try_from(n.get()).unwrap_or(usize::MAX));
-        }
-        if p.max_retries.is_some()
-            || p.initial_backoff.is_some()
-            || p.max_backoff.is_some()
-            || p.max_retry_after.is_some()
-        {
-            let mut retry = RetryPolicy::default();
-            if let Some(n) = p.max_retries {
-                retry.max_retries = u32::try_from(n.0).unwrap_or(u32::MAX);
-            }
-            if let Some(d) = p.initial_backoff {
-                retry.initial_backoff = d.0;
-            }
-            if let Some(d) = p.max_backoff {
-                retry.max_backoff = d.0;
-            }
-            if let Some(d) = p.max_retry_after {
-                retry.max_retry_after = d.0;
-            }
-            b = b.retry(retry);
-        }
-        if p.requests_per_minute.is_some() || p.max_concurrent_requests.is_some() {
-            b = b.rate_limiter(RateLimiter::new(
-                p.requests_per_minute.map(|n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
-                p.max_concurrent_requests.map(|n| usize::try_from(n.get()).unwrap_or(usize::MAX)),
-            ));
-        }
         let secrets = self.provider_secrets(api);
         let provider = b.build().map_err(|e| match e {
             ProviderError::MissingApiKey { env } => BuildError::MissingApiKey { model: spec.to_string(), env },
@@ -311,6 +204,41 @@ impl AgentDef {
         // What the server sends back in an error (a gateway echoing the key it was sent) is masked before
         // the engine records it.
         Ok((reins::MaskedModel::wrap(Arc::new(provider), secrets), Some(pricing)))
+    }
+
+    /// A script file's model, priced when `[provider] price` says so (the only provider key a script takes).
+    fn script_model(
+        &self,
+        spec: &crate::value::ModelSpec,
+        file: &str,
+    ) -> Result<(Arc<dyn Model>, Option<Pricing>), BuildError> {
+        let p = &self.provider;
+        let priced = crate::definition::ProviderDef { price: None, ..p.clone() };
+        if priced != Default::default() {
+            let key = serde_json::to_value(&priced)
+                .ok()
+                .and_then(|v| v.as_object().and_then(|m| m.keys().next().cloned()))
+                .unwrap_or_default();
+            return Err(DefError::at(
+                format!("provider.{key}"),
+                format!(
+                    "applies to openai:, openai-chat: and anthropic: models, not {:?} (only `price` applies to a script)",
+                    spec.as_str()
+                ),
+            )
+            .into());
+        }
+        let text = read_bounded(Path::new(file), MAX_SCRIPT_BYTES)
+            .map_err(|e| invalid(format!("cannot read script file {file:?}: {e}")))?;
+        let steps = reins::parse_script(&text).map_err(|e| invalid(format!("script file {file:?}: {e}")))?;
+        // A script file continues where the conversation it is asked to continue is (a resumed
+        // session, an approval, a durable turn after a restart, a chat turn).
+        let script = ScriptedModel::new(steps).following_transcript();
+        let Some(price) = p.price.map(|d| d.to_price()) else {
+            return Ok((Arc::new(script), None));
+        };
+        let pricing = Pricing { model: spec.as_str().to_owned(), price: Some(price) };
+        Ok((Arc::new(script.with_price(price)), Some(pricing)))
     }
 
     /// The environment variable of this definition's API key: `[provider] api_key_env`, else its provider's
@@ -700,6 +628,103 @@ impl AgentDef {
         }
         AgentDef::from_json(&serde_json::Value::Object(legacy)).map(Some).map_err(|e| e.within("the recorded flags"))
     }
+}
+
+/// A provider builder with every `[provider]` setting of the definition applied (the key from the environment).
+fn provider_settings(
+    mut b: reins_providers::ProviderBuilder,
+    p: &crate::definition::ProviderDef,
+) -> reins_providers::ProviderBuilder {
+    if let Some(env) = &p.api_key_env {
+        b = b.api_key_env(env.clone());
+    }
+    b = b.api_key_from_env();
+    if let Some(url) = &p.base_url {
+        b = b.base_url(url.clone());
+    }
+    if let Some(n) = p.max_response_tokens {
+        b = b.max_output_tokens(u32::try_from(n.get()).unwrap_or(u32::MAX));
+    }
+    if let Some(t) = p.temperature {
+        b = b.temperature(t.get());
+    }
+    if let Some(price) = p.price {
+        b = b.price(price.to_price());
+    }
+    if let Some(c) = &p.tool_choice {
+        b = b.tool_choice(c.0.clone());
+    }
+    if let Some(e) = p.reasoning_effort {
+        b = b.reasoning_effort(e);
+    }
+    if let Some(n) = p.thinking_budget {
+        b = b.thinking_budget(u32::try_from(n.get()).unwrap_or(u32::MAX));
+    }
+    if let Some(s) = p.stream {
+        b = b.stream(s);
+    }
+    if let Some(c) = p.prompt_cache {
+        b = b.prompt_cache(c);
+    }
+    for (k, v) in &p.headers {
+        b = b.header(k.clone(), v.clone());
+    }
+    if let Some(extra) = &p.extra_body {
+        b = b.extra_body(extra.clone());
+    }
+    if let Some(f) = &p.chat_max_tokens_field {
+        b = b.chat_max_tokens_field(f.clone());
+    }
+    if let Some(d) = p.idle_timeout {
+        b = b.idle_timeout(d.0);
+    }
+    if let Some(d) = p.response_timeout {
+        b = b.response_timeout(d.0);
+    }
+    if let Some(d) = p.response_deadline {
+        b = b.response_deadline(d.0);
+    }
+    if let Some(d) = p.connect_timeout {
+        b = b.connect_timeout(d.0);
+    }
+    if let Some(n) = p.max_response_bytes {
+        b = b.max_response_bytes(usize::try_from(n.get()).unwrap_or(usize::MAX));
+    }
+    if let Some(retry) = retry_policy(p) {
+        b = b.retry(retry);
+    }
+    if p.requests_per_minute.is_some() || p.max_concurrent_requests.is_some() {
+        b = b.rate_limiter(RateLimiter::new(
+            p.requests_per_minute.map(|n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
+            p.max_concurrent_requests.map(|n| usize::try_from(n.get()).unwrap_or(usize::MAX)),
+        ));
+    }
+    b
+}
+
+/// The retry policy of `[provider]`'s retry keys, when any is set.
+fn retry_policy(p: &crate::definition::ProviderDef) -> Option<RetryPolicy> {
+    if !(p.max_retries.is_some()
+        || p.initial_backoff.is_some()
+        || p.max_backoff.is_some()
+        || p.max_retry_after.is_some())
+    {
+        return None;
+    }
+    let mut retry = RetryPolicy::default();
+    if let Some(n) = p.max_retries {
+        retry.max_retries = u32::try_from(n.0).unwrap_or(u32::MAX);
+    }
+    if let Some(d) = p.initial_backoff {
+        retry.initial_backoff = d.0;
+    }
+    if let Some(d) = p.max_backoff {
+        retry.max_backoff = d.0;
+    }
+    if let Some(d) = p.max_retry_after {
+        retry.max_retry_after = d.0;
+    }
+    Some(retry)
 }
 
 /// Makes a definition's paths absolute (canonical where they exist), its sub-agents' too.

@@ -495,10 +495,21 @@ pub trait Model: Send + Sync {
     }
 }
 
-#[async_trait]
+/// A shared model is the model: its `generate` hands back the inner model's future as it is (the signature
+/// `#[async_trait]` gives the trait's method), so a call through an `Arc` boxes one future, not two.
 impl<M: Model + ?Sized> Model for Arc<M> {
-    async fn generate(&self, request: &ModelRequest, cancel: &CancellationToken) -> Result<ModelResponse, ModelError> {
-        (**self).generate(request, cancel).await
+    fn generate<'life0, 'life1, 'life2, 'async_trait>(
+        &'life0 self,
+        request: &'life1 ModelRequest,
+        cancel: &'life2 CancellationToken,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<ModelResponse, ModelError>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        Self: 'async_trait,
+    {
+        (**self).generate(request, cancel)
     }
     fn identity(&self) -> ModelIdentity {
         (**self).identity()

@@ -6,9 +6,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use reins::{ToolError, ToolOutput};
-use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation};
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, ProtocolVersion, ServerNotification,
+    SubscriptionFilter,
+};
 use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
-use rmcp::{ClientHandler, ServiceExt};
+use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -37,17 +40,40 @@ pub struct RemoteTool {
     pub read_only: bool,
 }
 
-/// The client side of the connection: hears `tools/list_changed`.
+/// The client side of the connection: hears `tools/list_changed` and `resources/list_changed` (sent
+/// unscoped by a server of an earlier revision; a 2026-07-28 server's come through [`listen_for_changes`]).
 #[derive(Clone)]
 struct Handler {
-    tools_changed: Arc<AtomicBool>,
-    changes: Arc<AtomicU64>,
+    flags: Arc<ChangeFlags>,
+}
+
+/// What a server announced since its lists were last read.
+#[derive(Debug, Default)]
+pub(crate) struct ChangeFlags {
+    tools: AtomicBool,
+    resources: AtomicBool,
+    changes: AtomicU64,
+}
+
+impl ChangeFlags {
+    fn tools_changed(&self) {
+        self.tools.store(true, Ordering::SeqCst);
+        self.changes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn resources_changed(&self) {
+        self.resources.store(true, Ordering::SeqCst);
+        self.changes.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.tools_changed.store(true, Ordering::SeqCst);
-        self.changes.fetch_add(1, Ordering::SeqCst);
+        self.flags.tools_changed();
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.flags.resources_changed();
     }
 
     fn get_info(&self) -> ClientConfig {
@@ -61,9 +87,16 @@ pub struct McpServer {
     peer: Peer<RoleClient>,
     service: tokio::sync::Mutex<Option<RunningService<RoleClient, Handler>>>,
     process: Option<Arc<ServerProcess>>,
-    tools_changed: Arc<AtomicBool>,
-    changes: Arc<AtomicU64>,
+    flags: Arc<ChangeFlags>,
     server_info: Option<String>,
+    /// The protocol revision agreed with the server (`2026-07-28`, `2025-11-25`, ...).
+    protocol: String,
+    /// The server offers resources (its `resources` capability).
+    has_resources: bool,
+    /// The server offers prompts (its `prompts` capability).
+    has_prompts: bool,
+    /// Reads a 2026-07-28 server's `subscriptions/listen` stream (ended at shutdown).
+    listener: Option<tokio::task::JoinHandle<()>>,
     /// Its `env` values, header values and URL userinfo, masked in what it says.
     secrets: reins::Secrets,
 }
@@ -91,9 +124,8 @@ impl McpServer {
     async fn connect_inner(config: ServerConfig) -> Result<McpServer, McpError> {
         let name = config.name.clone();
         let timeout = config.startup_timeout;
-        let tools_changed = Arc::new(AtomicBool::new(false));
-        let changes = Arc::new(AtomicU64::new(0));
-        let handler = Handler { tools_changed: Arc::clone(&tools_changed), changes: Arc::clone(&changes) };
+        let flags = Arc::new(ChangeFlags::default());
+        let handler = Handler { flags: Arc::clone(&flags) };
         let (service, process) = match &config.transport {
             Transport::Stdio { command, args, env, cwd } => {
                 let (process, stdout, stdin) = spawn(command, args, env, cwd.as_ref()).map_err(|e| {
@@ -102,7 +134,8 @@ impl McpServer {
                 let process = Arc::new(process);
                 // The guard reports an answer over the message size limit as an error for its request.
                 let stdout = crate::frame::LineGuard::new(stdout);
-                let started = tokio::time::timeout(timeout, handler.serve((stdout, stdin))).await;
+                let started =
+                    tokio::time::timeout(timeout, handler.serve_with_lifecycle((stdout, stdin), lifecycle())).await;
                 let service = match started {
                     Ok(Ok(service)) => service,
                     Ok(Err(e)) => {
@@ -128,17 +161,27 @@ impl McpServer {
                 (service, None)
             }
         };
-        let server_info =
-            service.peer_info().and_then(|i| i.server_info.as_ref().map(|s| format!("{} {}", s.name, s.version)));
+        let info = service.peer_info();
+        let server_info = info.as_ref().and_then(|i| i.server_info.as_ref().map(|s| format!("{} {}", s.name, s.version)));
+        let protocol = info.as_ref().map_or_else(String::new, |i| i.protocol_version.to_string());
+        let has_resources = info.as_ref().is_some_and(|i| i.capabilities.resources.is_some());
+        let has_prompts = info.as_ref().is_some_and(|i| i.capabilities.prompts.is_some());
         let peer = service.peer().clone();
+        let listener = match info.as_deref() {
+            Some(i) if !i.protocol_version.has_initialize() => listen_for_changes(&peer, i, &flags, timeout).await,
+            _ => None,
+        };
         Ok(McpServer {
             config,
             peer,
             service: tokio::sync::Mutex::new(Some(service)),
             process,
-            tools_changed,
-            changes,
+            flags,
             server_info,
+            protocol,
+            has_resources,
+            has_prompts,
+            listener,
             secrets: reins::Secrets::default(),
         })
     }
@@ -163,14 +206,41 @@ impl McpServer {
         self.process.as_ref().map(|p| p.pid())
     }
 
-    /// True once the server sent `notifications/tools/list_changed` since the last [`McpServer::list_tools`].
-    pub fn tools_changed(&self) -> bool {
-        self.tools_changed.load(Ordering::SeqCst)
+    /// The protocol revision agreed with the server: `2026-07-28` (no `initialize`: `server/discover` and
+    /// `_meta` on each request) or an earlier one such as `2025-11-25` (the `initialize` handshake).
+    pub fn protocol_version(&self) -> &str {
+        &self.protocol
     }
 
-    /// How many `tools/list_changed` notifications the server sent so far.
+    /// True when the server offers resources.
+    pub fn has_resources(&self) -> bool {
+        self.has_resources
+    }
+
+    /// True when the server offers prompts.
+    pub fn has_prompts(&self) -> bool {
+        self.has_prompts
+    }
+
+    /// True once the server sent `notifications/tools/list_changed` since the last [`McpServer::list_tools`].
+    pub fn tools_changed(&self) -> bool {
+        self.flags.tools.load(Ordering::SeqCst)
+    }
+
+    /// True once the server sent `notifications/resources/list_changed` since the last
+    /// [`McpServer::take_resources_changed`].
+    pub fn resources_changed(&self) -> bool {
+        self.flags.resources.load(Ordering::SeqCst)
+    }
+
+    /// Reads and clears the resources-changed flag.
+    pub fn take_resources_changed(&self) -> bool {
+        self.flags.resources.swap(false, Ordering::SeqCst)
+    }
+
+    /// How many `tools/list_changed` and `resources/list_changed` notifications the server sent so far.
     pub fn tool_list_changes(&self) -> u64 {
-        self.changes.load(Ordering::SeqCst)
+        self.flags.changes.load(Ordering::SeqCst)
     }
 
     /// Lists every tool (following pagination), within the start-up timeout.
@@ -179,7 +249,7 @@ impl McpServer {
     }
 
     async fn list_tools_inner(&self) -> Result<Vec<RemoteTool>, McpError> {
-        self.tools_changed.store(false, Ordering::SeqCst);
+        self.flags.tools.store(false, Ordering::SeqCst);
         let listed = tokio::time::timeout(self.config.startup_timeout, self.peer.list_all_tools()).await;
         let tools = match listed {
             Ok(Ok(tools)) => tools,
@@ -285,6 +355,9 @@ impl McpServer {
     /// Closes the connection; a stdio server gets [`SHUTDOWN_GRACE`] to exit after its stdin closes, then its
     /// whole process group is killed.
     pub async fn shutdown(&self) {
+        if let Some(listener) = &self.listener {
+            listener.abort();
+        }
         let service = self.service.lock().await.take();
         if let Some(mut service) = service {
             let _ = service.close_with_timeout(SHUTDOWN_GRACE).await;
@@ -300,6 +373,50 @@ impl McpServer {
             None => message.to_owned(),
         }
     }
+}
+
+/// How a connection starts: `server/discover` first (the 2026-07-28 revision); a server that answers it with an
+/// error (an earlier revision) gets the `initialize` handshake offering 2025-11-25, which it may negotiate down.
+pub(crate) fn lifecycle() -> ClientLifecycleMode {
+    ClientLifecycleMode::Auto {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        legacy_version: Some(ProtocolVersion::V_2025_11_25),
+    }
+}
+
+/// On a 2026-07-28 connection, list changes come only on a `subscriptions/listen` stream: opens one for the
+/// lists the server says change, and reads it into `flags` until the connection ends. A server that refuses
+/// the subscription is used without it (its lists are read once).
+async fn listen_for_changes(
+    peer: &Peer<RoleClient>,
+    info: &rmcp::model::ServerPeerInfo,
+    flags: &Arc<ChangeFlags>,
+    timeout: Duration,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let caps = &info.capabilities;
+    let tools = caps.tools.as_ref().is_some_and(|t| t.list_changed == Some(true));
+    let resources = caps.resources.as_ref().is_some_and(|r| r.list_changed == Some(true));
+    if !tools && !resources {
+        return None;
+    }
+    let mut filter = SubscriptionFilter::builder();
+    if tools {
+        filter = filter.tools_list_changed();
+    }
+    if resources {
+        filter = filter.resources_list_changed();
+    }
+    let mut subscription = tokio::time::timeout(timeout, peer.listen(filter.build())).await.ok()?.ok()?;
+    let flags = Arc::clone(flags);
+    Some(tokio::spawn(async move {
+        while let Ok(Some(notification)) = subscription.next().await {
+            match notification {
+                ServerNotification::ToolListChangedNotification(_) => flags.tools_changed(),
+                ServerNotification::ResourceListChangedNotification(_) => flags.resources_changed(),
+                _ => {}
+            }
+        }
+    }))
 }
 
 /// A call's failure in plain words: the server's own error message, or the transport's without Rust type names.

@@ -33,6 +33,12 @@ import anyio  # noqa: E402
 import mcp_types as types  # noqa: E402
 from mcp.server.lowlevel import NotificationOptions, Server  # noqa: E402
 from mcp.server.stdio import stdio_server  # noqa: E402
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler  # noqa: E402
+from mcp.shared.subscriptions import ToolsListChanged  # noqa: E402
+
+# A 2026-07-28 client hears list changes on the `subscriptions/listen` stream it opened (served from this bus);
+# an earlier one as plain notifications. The server announces each change both ways.
+BUS = InMemorySubscriptionBus()
 extra_enabled = False
 bad_enabled = False
 
@@ -122,6 +128,13 @@ async def list_tools(ctx, params):
     return types.ListToolsResult(tools=tools)
 
 
+async def announce_tools_changed(ctx):
+    await BUS.publish(ToolsListChanged())
+    await ctx.session.send_tool_list_changed()
+    # Let the listen stream carry the news before the call's answer goes out.
+    await anyio.sleep(0.1)
+
+
 async def call_tool(ctx, params):
     global extra_enabled, bad_enabled
     args = params.arguments or {}
@@ -149,18 +162,24 @@ async def call_tool(ctx, params):
         return types.CallToolResult(content=text("b" * int(args["bytes"])))
     if params.name == "enable_extra":
         extra_enabled = True
-        await ctx.session.send_tool_list_changed()
+        await announce_tools_changed(ctx)
         return types.CallToolResult(content=text("extra enabled"))
     if params.name == "enable_bad":
         bad_enabled = True
-        await ctx.session.send_tool_list_changed()
+        await announce_tools_changed(ctx)
         return types.CallToolResult(content=text("bad enabled"))
     if params.name == "extra" and extra_enabled:
         return types.CallToolResult(content=text("extra here"))
     return types.CallToolResult(content=text(f"unknown tool {params.name}"), is_error=True)
 
 
-server = Server("reins-test-py", version="1.0.0", on_list_tools=list_tools, on_call_tool=call_tool)
+server = Server(
+    "reins-test-py",
+    version="1.0.0",
+    on_list_tools=list_tools,
+    on_call_tool=call_tool,
+    on_subscriptions_listen=ListenHandler(BUS),
+)
 
 
 async def main():

@@ -170,6 +170,17 @@ pub trait Tool: Send + Sync {
 
     /// Runs the call.
     async fn call(&self, arguments: serde_json::Value, ctx: ToolContext) -> Result<ToolOutput, ToolError>;
+
+    /// Runs the call with its arguments borrowed (from the run's transcript, where the call stays): what the
+    /// driver calls. By default the arguments are copied and handed to [`Tool::call`]; a tool that reads them
+    /// in place (a [`TypedTool`] deserializes its `Args` from the borrowed value) spares the copy.
+    fn call_borrowed<'a>(
+        &'a self,
+        arguments: &'a serde_json::Value,
+        ctx: ToolContext,
+    ) -> Pin<Box<dyn Future<Output = Result<ToolOutput, ToolError>> + Send + 'a>> {
+        self.call(arguments.clone(), ctx)
+    }
 }
 
 impl std::fmt::Debug for dyn Tool {
@@ -239,6 +250,18 @@ impl<T: TypedTool> Tool for Typed<T> {
         let args: T::Args =
             serde_json::from_value(arguments).map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
         self.tool.run(args, ctx).await
+    }
+
+    fn call_borrowed<'a>(
+        &'a self,
+        arguments: &'a serde_json::Value,
+        ctx: ToolContext,
+    ) -> Pin<Box<dyn Future<Output = Result<ToolOutput, ToolError>> + Send + 'a>> {
+        Box::pin(async move {
+            // `call`'s deserializer reading the value in place: the same arguments, the same errors.
+            let args = T::Args::deserialize(arguments).map_err(|e| ToolError::InvalidArguments(e.to_string()))?;
+            self.tool.run(args, ctx).await
+        })
     }
 }
 

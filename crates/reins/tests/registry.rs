@@ -187,6 +187,30 @@ async fn typed_tools_derive_their_schema_and_get_deserialized_arguments() {
     assert_eq!(out.into_text(), "x [\"-i\"] Some(3)");
 }
 
+/// The driver hands a typed tool its arguments borrowed (`Tool::call_borrowed`, read in place, not copied): the
+/// same output as `Tool::call` with them owned, and the same error for arguments its type refuses.
+#[tokio::test]
+async fn typed_tools_read_borrowed_arguments_like_owned_ones() {
+    let t = reins::typed(Grep);
+    let cases = [
+        json!({"pattern": "x", "flags": ["-i", "-w"], "max": 3}),
+        json!({"pattern": "y"}),
+        json!({"pattern": "x", "flags": [1]}),
+        json!({"flags": []}),
+        json!({"pattern": "x", "other": 1}),
+        json!({"pattern": "x", "max": -1}),
+        json!([1, 2]),
+        json!("pattern"),
+    ];
+    for args in cases {
+        let owned = t.call(args.clone(), ToolContext::new("1", Default::default())).await;
+        let borrowed = t.call_borrowed(&args, ToolContext::new("1", Default::default())).await;
+        assert_eq!(borrowed, owned, "{args}");
+    }
+    let err = t.call_borrowed(&json!({"flags": []}), ToolContext::new("1", Default::default())).await;
+    assert_eq!(err, Err(ToolError::InvalidArguments("missing field `pattern`".into())));
+}
+
 #[tokio::test]
 async fn an_invalid_call_never_runs_its_tool() {
     let runs = Runs::default();

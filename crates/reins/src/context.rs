@@ -87,25 +87,71 @@ impl TokenCounter for CharCounter {
         text.chars().count() as u64
     }
     fn count_json(&self, value: &serde_json::Value) -> u64 {
-        /// Counts the characters of the UTF-8 written to it: every byte that is not a continuation byte.
-        struct Chars(u64);
-        impl std::io::Write for Chars {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0 += buf.iter().filter(|&&b| (b as i8) >= -0x40).count() as u64;
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let mut chars = Chars(0);
-        match serde_json::to_writer(&mut chars, value) {
-            Ok(()) => chars.0,
-            Err(_) => self.count(&value.to_string()),
-        }
+        json_chars(value)
     }
     fn unit(&self) -> &'static str {
         "characters"
+    }
+}
+
+/// The characters of `value` written as compact JSON (`serde_json`'s writing: `"`, `\\` and control
+/// characters escaped, nothing else), counted by walking the value instead of writing it out.
+fn json_chars(value: &serde_json::Value) -> u64 {
+    use serde_json::Value;
+    match value {
+        Value::Null => 4,
+        Value::Bool(b) => 4 + u64::from(!*b),
+        Value::Number(n) => number_chars(n),
+        Value::String(s) => string_chars(s),
+        Value::Array(items) => {
+            // Brackets and a comma between items.
+            let frame = 2 + items.len().saturating_sub(1) as u64;
+            items.iter().fold(frame, |n, v| n.saturating_add(json_chars(v)))
+        }
+        Value::Object(map) => {
+            // Braces, a colon per entry and a comma between entries.
+            let frame = 2 + map.len() as u64 + map.len().saturating_sub(1) as u64;
+            map.iter().fold(frame, |n, (k, v)| n.saturating_add(string_chars(k)).saturating_add(json_chars(v)))
+        }
+    }
+}
+
+/// The characters of `s` as a JSON string: its quotes, its characters, and what escaping adds (one for
+/// `\"`, `\\`, `\b`, `\t`, `\n`, `\f` and `\r`, five for any other control character's `\u00XX`).
+fn string_chars(s: &str) -> u64 {
+    let mut n = 2u64;
+    for &b in s.as_bytes() {
+        // Every byte but a UTF-8 continuation byte starts a character.
+        n += u64::from((b as i8) >= -0x40);
+        if b < 0x20 {
+            n += if matches!(b, 0x08 | 0x09 | 0x0a | 0x0c | 0x0d) { 1 } else { 5 };
+        } else if b == b'"' || b == b'\\' {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// The characters of a number as `serde_json` writes it (ASCII, so its bytes).
+fn number_chars(n: &serde_json::Number) -> u64 {
+    /// Counts the bytes written to it.
+    struct Bytes(u64);
+    impl std::io::Write for Bytes {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    if let Some(u) = n.as_u64() {
+        return u.checked_ilog10().map_or(1, |d| u64::from(d) + 1);
+    }
+    let mut bytes = Bytes(0);
+    match serde_json::to_writer(&mut bytes, n) {
+        Ok(()) => bytes.0,
+        Err(_) => n.to_string().len() as u64,
     }
 }
 

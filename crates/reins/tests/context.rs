@@ -352,3 +352,47 @@ proptest! {
         }
     }
 }
+
+/// Any JSON value: strings with quotes, backslashes, every control character and non-ASCII text, keys too;
+/// integers, negative ones and floats.
+fn any_json() -> impl Strategy<Value = serde_json::Value> {
+    let text = "[\\x00-\\x1f\"\\\\a-z é😀\u{7f}]{0,10}";
+    let leaf = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<bool>().prop_map(serde_json::Value::Bool),
+        any::<u64>().prop_map(serde_json::Value::from),
+        any::<i64>().prop_map(serde_json::Value::from),
+        any::<f64>().prop_map(serde_json::Value::from),
+        text.prop_map(serde_json::Value::from),
+    ];
+    leaf.prop_recursive(4, 48, 6, move |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..5).prop_map(serde_json::Value::Array),
+            proptest::collection::vec((text, inner), 0..5)
+                .prop_map(|kv| serde_json::Value::Object(kv.into_iter().collect())),
+        ]
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// A JSON value is measured (without writing it) as the characters of its compact text.
+    #[test]
+    fn json_is_counted_as_the_characters_of_its_compact_text(v in any_json()) {
+        use reins::TokenCounter;
+        prop_assert_eq!(CharCounter.count_json(&v), v.to_string().chars().count() as u64);
+    }
+}
+
+#[test]
+fn json_escapes_are_counted_as_written() {
+    use reins::TokenCounter;
+    for v in [
+        json!({"text": "hello"}),
+        json!({"a\"b": "\\\n\t\u{1}\u{1f}\u{7f}é😀", "n": [0, 9, 10, 99, 100, u64::MAX, -1, -10, 1.5, -0.0, 1e300]}),
+        json!([null, true, false, "", {}, []]),
+    ] {
+        assert_eq!(CharCounter.count_json(&v), v.to_string().chars().count() as u64, "{v}");
+    }
+}

@@ -17,14 +17,26 @@ use crate::usage::Usage;
 /// nothing either.
 #[derive(Clone, Debug, Default)]
 pub struct Conversation {
-    items: imbl::Vector<Arc<Message>>,
+    items: imbl::Vector<Message>,
     /// 0: all of `items`. Otherwise `items[0]`, then `head` if any, then `items[start..]` without
     /// `items[skip]`.
     start: usize,
     /// An item shown right after the first message (a summary, or the marker of left-out groups).
-    head: Option<Arc<Message>>,
+    head: Head,
     /// The index of an item of `items[start..]` left out (the summary shown as `head`); `usize::MAX`: none.
     skip: usize,
+}
+
+/// The item a [`Conversation`] shows right after its first message.
+#[derive(Clone, Debug, Default)]
+enum Head {
+    /// None.
+    #[default]
+    None,
+    /// An item of its own (the marker of left-out groups).
+    Own(Arc<Message>),
+    /// The item of `items` at this index (the newest summary).
+    At(usize),
 }
 
 impl PartialEq for Conversation {
@@ -34,37 +46,47 @@ impl PartialEq for Conversation {
 }
 
 impl Conversation {
-    pub(crate) fn from_vector(items: imbl::Vector<Arc<Message>>) -> Self {
-        Self { items, start: 0, head: None, skip: usize::MAX }
+    pub(crate) fn from_vector(items: imbl::Vector<Message>) -> Self {
+        Self { items, start: 0, head: Head::None, skip: usize::MAX }
     }
 
     /// `items[0]` followed by `items[start..]` (all of `items` when `start` is 0 or 1).
-    pub(crate) fn first_and_from(items: imbl::Vector<Arc<Message>>, start: usize) -> Self {
+    pub(crate) fn first_and_from(items: imbl::Vector<Message>, start: usize) -> Self {
         let start = if start <= 1 { 0 } else { start.min(items.len()) };
-        Self { items, start, head: None, skip: usize::MAX }
+        Self { items, start, head: Head::None, skip: usize::MAX }
     }
 
-    /// `items[0]`, then `head`, then `items[start..]` without `items[skip]` (when `skip` lies there). O(1).
-    pub(crate) fn first_head_from(
-        items: imbl::Vector<Arc<Message>>,
-        head: Arc<Message>,
-        start: usize,
-        skip: Option<usize>,
-    ) -> Self {
+    /// `items[0]`, then `head`, then `items[start..]`. O(1).
+    pub(crate) fn first_head_from(items: imbl::Vector<Message>, head: Arc<Message>, start: usize) -> Self {
         let start = start.clamp(1, items.len().max(1));
-        let skip = skip.filter(|&k| k >= start && k < items.len()).unwrap_or(usize::MAX);
-        Self { items, start, head: Some(head), skip }
+        Self { items, start, head: Head::Own(head), skip: usize::MAX }
+    }
+
+    /// `items[0]`, then `items[head]`, then `items[start..]` without `items[head]` (when it lies there). O(1).
+    pub(crate) fn first_item_from(items: imbl::Vector<Message>, head: usize, start: usize) -> Self {
+        let start = start.clamp(1, items.len().max(1));
+        let skip = if head >= start && head < items.len() { head } else { usize::MAX };
+        Self { items, start, head: Head::At(head), skip }
+    }
+
+    /// The item shown right after the first message, if any.
+    fn head(&self) -> Option<&Message> {
+        match &self.head {
+            Head::None => None,
+            Head::Own(m) => Some(m),
+            Head::At(i) => self.items.get(*i),
+        }
     }
 
     /// Every message of the transcript this conversation was selected from, in order — also those the
     /// selection leaves out (what was recorded, not what is sent).
     pub(crate) fn recorded(&self) -> impl Iterator<Item = &Message> {
-        self.items.iter().map(|m| &**m)
+        self.items.iter()
     }
 
     /// A conversation holding the given messages.
     pub fn from_messages(messages: impl IntoIterator<Item = Message>) -> Self {
-        Self::from_vector(messages.into_iter().map(Arc::new).collect())
+        Self::from_vector(messages.into_iter().collect())
     }
 
     /// How many messages it holds.
@@ -73,7 +95,7 @@ impl Conversation {
             return self.items.len();
         }
         let rest = self.items.len().saturating_sub(self.start) - usize::from(self.skip != usize::MAX);
-        usize::from(!self.items.is_empty()) + usize::from(self.head.is_some()) + rest
+        usize::from(!self.items.is_empty()) + usize::from(self.head().is_some()) + rest
     }
 
     /// True when it holds no message.
@@ -84,12 +106,12 @@ impl Conversation {
     /// The message at `index`.
     pub fn get(&self, index: usize) -> Option<&Message> {
         if self.start == 0 || index == 0 {
-            return self.items.get(index).map(|m| m.as_ref());
+            return self.items.get(index);
         }
         let mut r = index - 1;
-        if let Some(h) = &self.head {
+        if let Some(h) = self.head() {
             if r == 0 {
-                return Some(h.as_ref());
+                return Some(h);
             }
             r -= 1;
         }
@@ -97,7 +119,7 @@ impl Conversation {
         if i >= self.skip {
             i = i.checked_add(1)?;
         }
-        self.items.get(i).map(|m| m.as_ref())
+        self.items.get(i)
     }
 
     /// The messages in order.
@@ -113,7 +135,7 @@ impl Conversation {
         } else {
             (focus.narrow(self.start..self.skip).into_iter(), self.items.focus().narrow(self.skip + 1..n).into_iter())
         };
-        ConversationIter { first: self.items.front().map(|m| m.as_ref()), head: self.head.as_deref(), rest, tail }
+        ConversationIter { first: self.items.front(), head: self.head(), rest, tail }
     }
 
     /// The last message.
@@ -127,7 +149,7 @@ impl Conversation {
     }
 }
 
-type Items<'a> = imbl::vector::Iter<'a, Arc<Message>, imbl::shared_ptr::DefaultSharedPtr>;
+type Items<'a> = imbl::vector::Iter<'a, Message, imbl::shared_ptr::DefaultSharedPtr>;
 
 /// The messages of a [`Conversation`] in order: maybe the first message and a head item, then up to two
 /// ranges of the rest.
@@ -141,11 +163,7 @@ struct ConversationIter<'a> {
 impl<'a> Iterator for ConversationIter<'a> {
     type Item = &'a Message;
     fn next(&mut self) -> Option<&'a Message> {
-        self.first
-            .take()
-            .or_else(|| self.head.take())
-            .or_else(|| self.rest.next().map(|m| m.as_ref()))
-            .or_else(|| self.tail.next().map(|m| m.as_ref()))
+        self.first.take().or_else(|| self.head.take()).or_else(|| self.rest.next()).or_else(|| self.tail.next())
     }
     fn size_hint(&self) -> (usize, Option<usize>) {
         let n =
@@ -158,8 +176,7 @@ impl DoubleEndedIterator for ConversationIter<'_> {
     fn next_back(&mut self) -> Option<Self::Item> {
         self.tail
             .next_back()
-            .map(|m| m.as_ref())
-            .or_else(|| self.rest.next_back().map(|m| m.as_ref()))
+            .or_else(|| self.rest.next_back())
             .or_else(|| self.head.take())
             .or_else(|| self.first.take())
     }

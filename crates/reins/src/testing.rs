@@ -145,7 +145,8 @@ impl ScriptedModel {
         }
     }
 
-    /// Stops recording requests (for long benchmarks).
+    /// Stops recording requests (for long runs and benchmarks: a recorded request shares the transcript's newest
+    /// chunk of messages, so the step after it copies that chunk).
     pub fn without_recording(mut self) -> Self {
         self.record = false;
         self

@@ -25,7 +25,7 @@ pub struct TranscriptError {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(try_from = "TranscriptRepr", into = "TranscriptRepr")]
 pub struct Transcript {
-    messages: imbl::Vector<Arc<Message>>,
+    messages: imbl::Vector<Message>,
     /// `prefix[i]` is the size of messages `0..i`; one longer than `messages`.
     prefix: Vec<u64>,
     /// Index of the first message of every group after the first message.
@@ -47,7 +47,7 @@ struct TranscriptRepr {
 impl From<Transcript> for TranscriptRepr {
     fn from(t: Transcript) -> Self {
         let sizes = t.prefix.windows(2).map(|w| w[1] - w[0]).collect();
-        TranscriptRepr { messages: t.messages.iter().map(|m| (**m).clone()).collect(), sizes }
+        TranscriptRepr { messages: t.messages.into_iter().collect(), sizes }
     }
 }
 
@@ -110,7 +110,7 @@ impl Transcript {
     /// A transcript of its first message alone, measured as `size`.
     fn starting_with(first: Message, size: u64) -> Self {
         let mut messages = imbl::Vector::new();
-        messages.push_back(Arc::new(first));
+        messages.push_back(first);
         Transcript {
             messages,
             prefix: vec![0, size],
@@ -206,7 +206,7 @@ impl Transcript {
         }
         let total = self.total();
         self.prefix.push(total.saturating_add(size));
-        self.messages.push_back(Arc::new(m));
+        self.messages.push_back(m);
         Ok(())
     }
 
@@ -300,22 +300,14 @@ impl Transcript {
     /// newest summary, then the items it does not replace. A view built in O(1); `None` without a summary.
     pub fn summary_view(&self) -> Option<Conversation> {
         let (k, b) = self.summary?;
-        let head = Arc::clone(self.messages.get(k)?);
-        Some(Conversation::first_head_from(self.messages.clone(), head, b, Some(k)))
+        Some(Conversation::first_item_from(self.messages.clone(), k, b))
     }
 
     /// The items a cut at `g` replaces that are not summaries, with the newest summary they replace.
     pub fn replaced(&self, g: usize) -> (Option<&Message>, Vec<&Message>) {
         let lo = self.summary.map_or(1, |(_, b)| b);
-        let prev = self.summary.and_then(|(k, _)| (k < g).then(|| self.messages.get(k).map(|m| m.as_ref())).flatten());
-        let items = self
-            .messages
-            .iter()
-            .take(g)
-            .skip(lo)
-            .map(|m| m.as_ref())
-            .filter(|m| !matches!(m, Message::Summary { .. }))
-            .collect();
+        let prev = self.summary.and_then(|(k, _)| (k < g).then(|| self.messages.get(k)).flatten());
+        let items = self.messages.iter().take(g).skip(lo).filter(|m| !matches!(m, Message::Summary { .. })).collect();
         (prev, items)
     }
 
@@ -361,17 +353,17 @@ impl Transcript {
 
     /// A copy of the messages.
     pub fn to_vec(&self) -> Vec<Message> {
-        self.messages.iter().map(|m| (**m).clone()).collect()
+        self.messages.iter().cloned().collect()
     }
 
     /// The messages, moved out where nothing else shares them (copied where a conversation still does).
     pub fn into_messages(self) -> Vec<Message> {
-        self.messages.into_iter().map(|m| Arc::try_unwrap(m).unwrap_or_else(|m| (*m).clone())).collect()
+        self.messages.into_iter().collect()
     }
 
     /// The newest message.
     pub fn last(&self) -> Option<&Message> {
-        self.messages.last().map(|m| m.as_ref())
+        self.messages.last()
     }
 
     /// Selects what the model is sent: the first user message plus the newest whole groups whose total
@@ -432,7 +424,7 @@ impl Transcript {
             )));
         };
         let marker = Arc::new(drop_marker(j, start - 1));
-        Ok(Conversation::first_head_from(self.messages.clone(), marker, start, None))
+        Ok(Conversation::first_head_from(self.messages.clone(), marker, start))
     }
 }
 

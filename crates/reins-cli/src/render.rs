@@ -188,6 +188,15 @@ fn run_line(event: &Event) -> Option<String> {
             };
             format!("    ⚑ {hook_event} hook {}{call} · {decision}{why} · {}", preview(hook), human_ms(*duration_ms))
         }
+        EventKind::ToolsChanged { added, removed, changed } => {
+            let mut parts = Vec::new();
+            for (what, names) in [("added", added), ("removed", removed), ("changed", changed)] {
+                if !names.is_empty() {
+                    parts.push(format!("{what} {}", names.join(", ")));
+                }
+            }
+            format!("  ↻ tools changed: {}", parts.join("; "))
+        }
         EventKind::LimitHit { status, detail } => format!("  limit hit ({status}): {detail}"),
         EventKind::RunEnd { .. } => return None,
     };

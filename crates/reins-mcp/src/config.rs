@@ -59,6 +59,9 @@ pub struct ServerConfig {
     pub startup_timeout: Duration,
     /// The time allowed for one tool call.
     pub call_timeout: Duration,
+    /// Its resources reach the model as the tools `NAME__list_resources` and `NAME__read_resource` (when the
+    /// server offers resources). On by default; `resources = false` in its `[mcp.NAME]` table turns it off.
+    pub resources: bool,
 }
 
 impl ServerConfig {
@@ -83,6 +86,7 @@ impl ServerConfig {
             transport,
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
             call_timeout: DEFAULT_CALL_TIMEOUT,
+            resources: true,
         })
     }
 
@@ -95,6 +99,12 @@ impl ServerConfig {
     /// Sets the per-call timeout.
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = timeout;
+        self
+    }
+
+    /// Offers the server's resources to the model as tools (`true`, the default) or not.
+    pub fn resources(mut self, on: bool) -> Self {
+        self.resources = on;
         self
     }
 

@@ -50,6 +50,16 @@ pub enum McpError {
         /// What went wrong.
         reason: String,
     },
+    /// Listing resources or prompts, or getting a prompt, failed.
+    #[error("MCP server {server:?}: {what} failed: {reason}")]
+    List {
+        /// The server's name.
+        server: String,
+        /// The request (`resources/list`, `prompts/list`, `prompts/get`).
+        what: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// A tool could not be registered: its qualified name is invalid or taken, or its schema is invalid.
     #[error("MCP server {server:?}: tool {tool:?} refused: {reason}")]
     Tool {

@@ -25,8 +25,10 @@ pub mod error;
 pub mod frame;
 mod http;
 pub mod process;
+pub mod resources;
 pub mod result;
 pub mod server;
+pub mod spill;
 pub mod tools;
 
 pub use config::{
@@ -36,5 +38,7 @@ pub use config::{
 pub use error::McpError;
 pub use frame::{LineGuard, MAX_MESSAGE_BYTES};
 pub use result::map_call_result;
-pub use server::{IDEMPOTENCY_KEY_META, McpServer, RemoteTool, SHUTDOWN_GRACE};
-pub use tools::{McpTool, McpToolSource, McpTools, make_tools};
+pub use server::{
+    IDEMPOTENCY_KEY_META, McpServer, PromptArgument, RemotePrompt, RemoteResource, RemoteTool, SHUTDOWN_GRACE,
+};
+pub use tools::{McpTool, McpToolSource, McpTools, make_tools, server_tools};

@@ -55,6 +55,76 @@ pub fn map_call_result(result: &Value) -> Result<ToolOutput, ToolError> {
     Ok(ToolOutput::Text(text))
 }
 
+/// Maps the JSON of a `ReadResourceResult` (`contents`) to what the model sees: text contents as text (headed
+/// by their URI when there are several), a blob that is a valid PNG, JPEG, GIF or WebP image as an image, any
+/// other blob as a one-line description with its URI, MIME type and size — never its bytes.
+///
+/// ```
+/// use serde_json::json;
+/// let one = json!({"contents": [{"uri": "file:///a", "text": "hello"}]});
+/// assert_eq!(reins_mcp::result::map_read_result(&one).into_text(), "hello");
+/// let blob = json!({"contents": [{"uri": "file:///b", "mimeType": "application/zip", "blob": "AAAA"}]});
+/// assert_eq!(
+///     reins_mcp::result::map_read_result(&blob).into_text(),
+///     "[resource file:///b: application/zip, about 3 bytes, not shown]"
+/// );
+/// ```
+pub fn map_read_result(result: &Value) -> ToolOutput {
+    let contents = result.get("contents").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let mut images = Vec::new();
+    let mut parts = Vec::with_capacity(contents.len());
+    for c in contents {
+        let uri = c.get("uri").and_then(Value::as_str).unwrap_or("?");
+        let mime = c.get("mimeType").and_then(Value::as_str);
+        if let Some(text) = c.get("text").and_then(Value::as_str) {
+            parts.push(if contents.len() == 1 { text.to_owned() } else { format!("[resource {uri}]\n{text}") });
+        } else if let Some(blob) = c.get("blob").and_then(Value::as_str) {
+            match reins::Image::from_base64(blob) {
+                Ok(image) if mime.is_none_or(|m| m.starts_with("image/")) => {
+                    images.push(image);
+                    parts.push(format!("[resource {uri}: {}, shown as an image]", mime.unwrap_or("image")));
+                }
+                _ => parts.push(format!(
+                    "[resource {uri}: {}, about {} bytes, not shown]",
+                    mime.unwrap_or("binary"),
+                    blob.len() / 4 * 3
+                )),
+            }
+        } else {
+            parts.push(format!("[resource {uri}: no content]"));
+        }
+    }
+    if parts.is_empty() {
+        parts.push("[the resource has no contents]".to_owned());
+    }
+    let text = parts.join("\n");
+    if images.is_empty() { ToolOutput::Text(text) } else { ToolOutput::Parts { text, images } }
+}
+
+/// Maps the JSON of a `GetPromptResult` (`messages`, each a `role` and a content block) to a prompt: one user
+/// message is its text alone; several are each headed by their role (`[user]`, `[assistant]`). Images pass
+/// through as images; other blocks are described as in [`map_call_result`].
+pub fn map_prompt_result(result: &Value) -> ToolOutput {
+    let messages = result.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let mut images = Vec::new();
+    let mut parts = Vec::with_capacity(messages.len());
+    for m in messages {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
+        let block = m.get("content").cloned().unwrap_or_default();
+        let text = match image_of(&block) {
+            Some(image) => {
+                images.push(image);
+                "[image]".to_owned()
+            }
+            None => describe_block(&block),
+        };
+        let lone_user = messages.len() == 1 && role == "user";
+        parts.push(if lone_user { text } else { format!("[{role}]\n{text}") });
+    }
+    let text = parts.join("\n\n");
+    if images.is_empty() { ToolOutput::Text(text) } else { ToolOutput::Parts { text, images } }
+}
+
 /// The image of an `image` block, when its data is one Reins takes.
 fn image_of(block: &Value) -> Option<reins::Image> {
     if block.get("type").and_then(Value::as_str) != Some("image") {

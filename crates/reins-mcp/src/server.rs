@@ -15,6 +15,9 @@ use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+mod listing;
+pub use listing::{PromptArgument, RemotePrompt, RemoteResource};
+
 use crate::config::{ServerConfig, Transport};
 use crate::error::McpError;
 use crate::process::{ServerProcess, spawn};
@@ -97,6 +100,8 @@ pub struct McpServer {
     has_prompts: bool,
     /// Reads a 2026-07-28 server's `subscriptions/listen` stream (ended at shutdown).
     listener: Option<tokio::task::JoinHandle<()>>,
+    /// Where results over the run's bound are written whole (see [`McpServer::set_spill`]).
+    spill: std::sync::OnceLock<crate::spill::Spill>,
     /// Its `env` values, header values and URL userinfo, masked in what it says.
     secrets: reins::Secrets,
 }
@@ -162,7 +167,8 @@ impl McpServer {
             }
         };
         let info = service.peer_info();
-        let server_info = info.as_ref().and_then(|i| i.server_info.as_ref().map(|s| format!("{} {}", s.name, s.version)));
+        let server_info =
+            info.as_ref().and_then(|i| i.server_info.as_ref().map(|s| format!("{} {}", s.name, s.version)));
         let protocol = info.as_ref().map_or_else(String::new, |i| i.protocol_version.to_string());
         let has_resources = info.as_ref().is_some_and(|i| i.capabilities.resources.is_some());
         let has_prompts = info.as_ref().is_some_and(|i| i.capabilities.prompts.is_some());
@@ -182,6 +188,7 @@ impl McpServer {
             has_resources,
             has_prompts,
             listener,
+            spill: std::sync::OnceLock::new(),
             secrets: reins::Secrets::default(),
         })
     }
@@ -204,6 +211,20 @@ impl McpServer {
     /// The process id of a stdio server (also its process group id).
     pub fn pid(&self) -> Option<i32> {
         self.process.as_ref().map(|p| p.pid())
+    }
+
+    /// Writes each result over `spill.max_chars` whole to a file beneath the workspace's scratch folder and
+    /// gives the model its head and tail with a marker naming the file ([`crate::spill`]). Set once.
+    pub fn set_spill(&self, spill: crate::spill::Spill) {
+        let _ = self.spill.set(spill);
+    }
+
+    /// `output` through the spill, when one is set.
+    pub(crate) fn spilled(&self, output: ToolOutput, tool: &str) -> ToolOutput {
+        match self.spill.get() {
+            Some(spill) => spill.apply(output, self.name(), tool),
+            None => output,
+        }
     }
 
     /// The protocol revision agreed with the server: `2026-07-28` (no `initialize`: `server/discover` and
@@ -311,7 +332,7 @@ impl McpServer {
         // What the server answers is masked before anyone records it: a server may echo its token.
         self.call_params(tool, params, cancel)
             .await
-            .map(|o| self.secrets.mask_output(o))
+            .map(|o| self.spilled(self.secrets.mask_output(o), tool))
             .map_err(|e| self.secrets.mask_tool_error(e))
     }
 

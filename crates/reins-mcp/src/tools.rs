@@ -137,6 +137,14 @@ impl McpTools {
         Ok(McpTools { servers, tools: Mutex::new(tools), refresh_errors: Mutex::new(Vec::new()) })
     }
 
+    /// Writes every result over `max_chars` whole to a file beneath the scratch folder of the workspace at
+    /// `root` (see [`crate::spill`]); the model gets its head and tail and the file's name.
+    pub fn set_spill(&self, root: &std::path::Path, max_chars: usize) {
+        for s in &self.servers {
+            s.set_spill(crate::spill::Spill { root: root.to_owned(), max_chars });
+        }
+    }
+
     /// The servers, in configuration order.
     pub fn servers(&self) -> &[Arc<McpServer>] {
         &self.servers
@@ -180,8 +188,7 @@ impl McpTools {
             if !server.tools_changed() {
                 continue;
             }
-            let listed = server.list_tools().await?;
-            let tools = make_tools(server, listed)?;
+            let tools = server_tools(server).await?;
             if let Ok(mut all) = self.tools.lock() {
                 if let Some(slot) = all.get_mut(i) {
                     *slot = tools;
@@ -262,12 +269,17 @@ type StartError = (Option<Arc<McpServer>>, McpError);
 
 async fn start_one(config: ServerConfig) -> Result<(Arc<McpServer>, Vec<Arc<dyn Tool>>), StartError> {
     let server = Arc::new(McpServer::connect(config).await.map_err(|e| (None, e))?);
-    let listed = match server.list_tools().await {
-        Ok(l) => l,
-        Err(e) => return Err((Some(server), e)),
-    };
-    match make_tools(&server, listed) {
+    match server_tools(&server).await {
         Ok(tools) => Ok((server, tools)),
         Err(e) => Err((Some(server), e)),
     }
+}
+
+/// Every tool `server` gives the model: its own tools (listed now), then its resource tools
+/// ([`crate::resources::resource_tools`]) when it offers resources.
+pub async fn server_tools(server: &Arc<McpServer>) -> Result<Vec<Arc<dyn Tool>>, McpError> {
+    let mut tools = make_tools(server, server.list_tools().await?)?;
+    let taken: Vec<String> = tools.iter().map(|t| t.spec().name.clone()).collect();
+    tools.extend(crate::resources::resource_tools(server, &taken));
+    Ok(tools)
 }

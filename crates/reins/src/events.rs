@@ -171,6 +171,19 @@ pub enum EventKind {
         /// How long it took.
         duration_ms: f64,
     },
+    /// The tools on offer changed between two steps (an MCP server announced a change of its list): the next
+    /// model call sees the new set. Never in the middle of a batch.
+    ToolsChanged {
+        /// Tools that appeared.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        added: Vec<String>,
+        /// Tools that went away.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        removed: Vec<String>,
+        /// Tools whose description or input schema changed.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        changed: Vec<String>,
+    },
     /// A limit ended the run.
     LimitHit {
         /// The status it ends with.

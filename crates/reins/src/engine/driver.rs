@@ -356,6 +356,26 @@ impl Interrupt {
 }
 
 /// Hands the transcript items appended since the last call to the journal.
+/// The event of a tool set that changed between steps (names added, removed, or with a new description or
+/// schema), or `None` when `next` offers the same tools as `old`.
+fn tools_changed(old: &Arc<Registry>, next: &Arc<Registry>) -> Option<EventKind> {
+    if Arc::ptr_eq(old, next) {
+        return None;
+    }
+    let (old, next) = (old.specs(), next.specs());
+    fn find<'a>(specs: &'a [crate::tool::ToolSpec], name: &str) -> Option<&'a crate::tool::ToolSpec> {
+        specs.iter().find(|s| s.name == name)
+    }
+    let added: Vec<String> = next.iter().filter(|s| find(old, &s.name).is_none()).map(|s| s.name.clone()).collect();
+    let removed: Vec<String> = old.iter().filter(|s| find(next, &s.name).is_none()).map(|s| s.name.clone()).collect();
+    let changed: Vec<String> =
+        next.iter().filter(|s| find(old, &s.name).is_some_and(|o| o != *s)).map(|s| s.name.clone()).collect();
+    if added.is_empty() && removed.is_empty() && changed.is_empty() {
+        return None;
+    }
+    Some(EventKind::ToolsChanged { added, removed, changed })
+}
+
 fn journal_sync(journal: &dyn RunJournal, state: &RunState, journaled: &mut usize) {
     let transcript = state.transcript();
     if *journaled >= transcript.len() {
@@ -1159,7 +1179,11 @@ impl Agent {
                     // Between steps: tools may have changed (the next model turn sees the new ones).
                     if let (Some(source), false) = (&self.tool_source, run_cancel.is_cancelled()) {
                         let base = source.registry().await;
-                        registry = Self::step_registry(Arc::clone(&base), output).unwrap_or(base);
+                        let next = Self::step_registry(Arc::clone(&base), output).unwrap_or(base);
+                        if let Some(change) = tools_changed(&registry, &next) {
+                            emitter.emit(change);
+                        }
+                        registry = next;
                     }
                 }
             }

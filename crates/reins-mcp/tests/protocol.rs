@@ -1,0 +1,157 @@
+//! The protocol beyond tools, against real servers: each revision spoken (the npm servers speak 2025-11-25,
+//! the PyPI `mcp` 2.3.0 server 2026-07-28), resources as tools (server-everything's), and a list change that
+//! reaches a running agent as an event between steps.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use reins::{Agent, ContextConfig, Event, EventKind, Message, ModelResponse, ScriptedModel, Status, ToolCall};
+use reins_mcp::McpTools;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+fn result(outcome: &reins::Outcome, id: &str) -> (String, bool) {
+    outcome
+        .messages
+        .iter()
+        .find_map(|m| match m {
+            Message::ToolResult(r) if r.call_id == id => Some((r.content.clone(), r.is_error)),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no result for {id}"))
+}
+
+#[derive(Clone, Default)]
+struct Events(Arc<Mutex<Vec<Event>>>);
+
+impl reins::Observer for Events {
+    fn on_event(&self, event: &Event) -> Result<(), reins::ObserverError> {
+        self.0.lock().unwrap().push(event.clone());
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_server_is_spoken_to_in_its_own_revision() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+    let mcp = McpTools::start(vec![common::everything("ev"), common::python_server("py", "", &log)]).await.unwrap();
+    let versions: Vec<(&str, &str)> = mcp.servers().iter().map(|s| (s.name(), s.protocol_version())).collect();
+    // server-everything 2026.8.31 is built on the TypeScript SDK 1.32 (newest revision 2025-11-25): the
+    // server/discover probe fails and the initialize handshake follows. The PyPI mcp 2.3.0 server answers
+    // server/discover.
+    assert_eq!(versions, vec![("ev", "2025-11-25"), ("py", "2026-07-28")]);
+    // Both answer calls in their revision.
+    let registry = mcp.registry(Vec::new()).unwrap();
+    let model = Arc::new(ScriptedModel::new(vec![
+        ModelResponse::tool_calls(
+            "",
+            vec![
+                ToolCall::new("e", "ev__echo", json!({"message": "hi"})),
+                ToolCall::new("p", "py__add", json!({"a": 1, "b": 2})),
+            ],
+        ),
+        ModelResponse::text("done"),
+    ]));
+    let outcome =
+        Agent::builder_shared(model).registry(registry).build().unwrap().run("go", CancellationToken::new()).await;
+    mcp.shutdown().await;
+    assert_eq!(outcome.status, Status::Completed, "{:?}", outcome.error);
+    assert!(result(&outcome, "e").0.contains("hi"));
+    assert_eq!(result(&outcome, "p"), ("3".into(), false));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resources_of_server_everything_are_listed_read_validated_and_bounded() {
+    let mcp = McpTools::start(vec![common::everything("ev")]).await.unwrap();
+    let registry = mcp.registry(Vec::new()).unwrap();
+    assert!(registry.get("ev__list_resources").is_some() && registry.get("ev__read_resource").is_some());
+    assert!(mcp.servers()[0].list_resources().await.unwrap().iter().any(|r| r.template), "templates are listed");
+    let text_uri = mcp.servers()[0]
+        .list_resources()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|r| !r.template && r.mime_type.as_deref().is_some_and(|m| m.starts_with("text/")))
+        .expect("a text resource")
+        .uri;
+    let blob_uri = mcp.servers()[0]
+        .list_resources()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|r| !r.template && r.mime_type.as_deref().is_some_and(|m| m == "application/octet-stream"))
+        .map(|r| r.uri);
+    let mut calls = vec![
+        ToolCall::new("list", "ev__list_resources", json!({})),
+        ToolCall::new("read", "ev__read_resource", json!({"uri": text_uri})),
+        ToolCall::new("bad", "ev__read_resource", json!({"url": "x"})),
+    ];
+    if let Some(uri) = &blob_uri {
+        calls.push(ToolCall::new("blob", "ev__read_resource", json!({"uri": uri})));
+    }
+    let model = Arc::new(ScriptedModel::new(vec![ModelResponse::tool_calls("", calls), ModelResponse::text("ok")]));
+    let context = ContextConfig { max_tool_result_chars: Some(300), ..ContextConfig::default() };
+    let agent = Agent::builder_shared(model).registry(registry).context(context).build().unwrap();
+    let outcome = agent.run("read", CancellationToken::new()).await;
+    mcp.shutdown().await;
+    assert_eq!(outcome.status, Status::Completed, "{:?}", outcome.error);
+    let (list, is_error) = result(&outcome, "list");
+    assert!(!is_error && list.starts_with("Resources ("), "{list}");
+    assert!(list.chars().count() <= 300 && list.contains("characters omitted"), "the listing is bounded: {list}");
+    let (read, is_error) = result(&outcome, "read");
+    assert!(!is_error && !read.is_empty() && read.chars().count() <= 300, "{read}");
+    let (bad, is_error) = result(&outcome, "bad");
+    assert!(is_error && bad.contains("uri"), "refused before it reached the server: {bad}");
+    if blob_uri.is_some() {
+        let (blob, is_error) = result(&outcome, "blob");
+        assert!(!is_error && blob.contains("not shown"), "a binary resource is described, never dumped: {blob}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resources_false_keeps_a_servers_resources_from_the_model() {
+    let mcp = McpTools::start(vec![common::everything("ev").resources(false)]).await.unwrap();
+    let registry = mcp.registry(Vec::new()).unwrap();
+    mcp.shutdown().await;
+    assert!(registry.get("ev__echo").is_some());
+    assert!(registry.get("ev__list_resources").is_none() && registry.get("ev__read_resource").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_added_mid_run_is_an_event_before_the_next_model_call_and_the_model_calls_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls.log");
+    let mcp = Arc::new(McpTools::start(vec![common::python_server("py", "", &log)]).await.unwrap());
+    let source = Arc::new(reins_mcp::McpToolSource::new(Arc::clone(&mcp), Vec::new()).unwrap());
+    let model = Arc::new(ScriptedModel::new(vec![
+        ModelResponse::tool_calls(
+            "",
+            vec![
+                ToolCall::new("1", "py__enable_extra", json!({})),
+                ToolCall::new("2", "py__add", json!({"a": 1, "b": 1})),
+            ],
+        ),
+        ModelResponse::tool_calls("", vec![ToolCall::new("3", "py__extra", json!({}))]),
+        ModelResponse::text("done"),
+    ]));
+    let events = Events::default();
+    let agent = Agent::builder_shared(model.clone()).tool_source(source).observer(events.clone()).build().unwrap();
+    let outcome = agent.run("go", CancellationToken::new()).await;
+    mcp.shutdown().await;
+    assert_eq!(outcome.status, Status::Completed, "{:?}", outcome.error);
+    assert_eq!(result(&outcome, "3"), ("extra here".into(), false));
+    assert!(model.requests()[1].tools.iter().any(|t| t.name == "py__extra"));
+    let kinds: Vec<EventKind> = events.0.lock().unwrap().iter().map(|e| e.kind.clone()).collect();
+    let at = kinds
+        .iter()
+        .position(|k| matches!(k, EventKind::ToolsChanged { added, .. } if added == &["py__extra".to_owned()]))
+        .unwrap_or_else(|| panic!("no tools_changed event: {kinds:?}"));
+    // After both calls of the batch ended, before the second model call.
+    let ends_before = kinds[..at].iter().filter(|k| matches!(k, EventKind::ToolEnd { .. })).count();
+    let models_before = kinds[..at].iter().filter(|k| matches!(k, EventKind::ModelStart { .. })).count();
+    assert_eq!((ends_before, models_before), (2, 1), "{kinds:?}");
+    // Once: the third step sees no further change.
+    assert_eq!(kinds.iter().filter(|k| matches!(k, EventKind::ToolsChanged { .. })).count(), 1);
+}

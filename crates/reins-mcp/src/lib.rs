@@ -28,6 +28,8 @@ pub mod process;
 pub mod resources;
 pub mod result;
 pub mod server;
+#[cfg(feature = "server")]
+pub mod serve;
 pub mod spill;
 pub mod tools;
 

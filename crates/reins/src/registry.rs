@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::tool::{Tool, ToolSpec};
-use crate::validate::{ArgumentError, admits_numbers, validate_arguments};
+use crate::validate::{ArgsValidator, ArgumentError};
 
 /// Why a registry could not be built.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -48,9 +48,7 @@ pub fn is_valid_tool_name(name: &str) -> bool {
 #[derive(Clone)]
 struct Entry {
     tool: Arc<dyn Tool>,
-    validator: Arc<jsonschema::Validator>,
-    /// False when no value the schema accepts can hold a number (then a valid call needs no number scan).
-    numbers: bool,
+    validator: Arc<ArgsValidator>,
 }
 
 /// Why a call could not be admitted to run.
@@ -149,10 +147,9 @@ impl Registry {
             if index.contains_key(&spec.name) {
                 return Err(RegistryError::Duplicate { name: spec.name.clone() });
             }
-            let validator = compile_schema(&spec.name, &spec.input_schema)?;
+            let validator = ArgsValidator::new(compile_schema(&spec.name, &spec.input_schema)?, &spec.input_schema);
             index.insert(spec.name.clone(), entries.len());
-            let numbers = admits_numbers(&spec.input_schema);
-            entries.push(Entry { tool, validator: Arc::new(validator), numbers });
+            entries.push(Entry { tool, validator: Arc::new(validator) });
         }
         let specs: Arc<[ToolSpec]> = entries.iter().map(|e| e.tool.spec().clone()).collect();
         let sub_agents = entries.iter().any(|e| e.tool.sub_agent());
@@ -178,12 +175,12 @@ impl Registry {
         if self.position(&name).is_some() {
             return Err(RegistryError::Duplicate { name });
         }
-        let validator = compile_schema(&name, &tool.spec().input_schema)?;
-        let numbers = admits_numbers(&tool.spec().input_schema);
+        let validator =
+            ArgsValidator::new(compile_schema(&name, &tool.spec().input_schema)?, &tool.spec().input_schema);
         let mut entries = self.entries.clone();
         let mut index = self.index.clone();
         index.insert(name, entries.len());
-        entries.push(Entry { tool, validator: Arc::new(validator), numbers });
+        entries.push(Entry { tool, validator: Arc::new(validator) });
         let specs: Arc<[ToolSpec]> = entries.iter().map(|e| e.tool.spec().clone()).collect();
         Ok(Registry { entries, index, specs, sub_agents: self.sub_agents })
     }
@@ -225,7 +222,9 @@ impl Registry {
             return Err(CallError::UnknownTool { name: name.to_owned(), available });
         };
         let entry = &self.entries[i];
-        validate_arguments(&entry.validator, entry.numbers, arguments)
+        entry
+            .validator
+            .check(arguments)
             .map_err(|errors| CallError::InvalidArguments { name: name.to_owned(), errors })?;
         Ok(&entry.tool)
     }

@@ -4,7 +4,10 @@
 
 mod fuzz_support;
 
-use fuzz_support::{Reached, check_response_bytes, check_response_value, check_selection, check_selector_bytes};
+use fuzz_support::{
+    Reached, check_arguments_validator, check_arguments_validator_bytes, check_response_bytes, check_response_value,
+    check_selection, check_selector_bytes,
+};
 use proptest::prelude::*;
 use reins::{Message, ToolCall};
 use serde_json::{Value, json};
@@ -274,5 +277,58 @@ proptest! {
             Ok(steps) => prop_assert_eq!(steps.len(), 2),
             Err(e) => prop_assert!(!e.to_string().contains("duplicate key"), "{e}"),
         }
+    }
+}
+
+/// Schema keywords, type names and property names, so that random JSON is now and then a schema of the
+/// specialised validator's subset and arguments reach its properties.
+const SCHEMA_WORDS: &[&str] = &[
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "enum",
+    "const",
+    "minLength",
+    "maxLength",
+    "minimum",
+    "exclusiveMaximum",
+    "minItems",
+    "maxProperties",
+    "string",
+    "integer",
+    "number",
+    "object",
+    "array",
+    "null",
+    "a",
+    "b",
+];
+
+fn schema_like() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        3 => prop::sample::select(SCHEMA_WORDS).prop_map(Value::from),
+        1 => json_leaf(),
+        1 => prop::collection::vec(prop::sample::select(SCHEMA_WORDS).prop_map(Value::from), 0..3).prop_map(Value::Array),
+    ];
+    leaf.prop_recursive(4, 40, 5, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::vec((prop::sample::select(SCHEMA_WORDS), inner), 0..5)
+                .prop_map(|kv| Value::Object(kv.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())),
+        ]
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// Random schemas and arguments: wherever the specialised validator takes the schema, its verdict is
+    /// jsonschema's (the structured property test is in `reins::validate`'s unit tests).
+    #[test]
+    fn random_schemas_never_split_the_argument_validators(schema in schema_like(), args in schema_like()) {
+        check_arguments_validator(&schema, &args);
+        check_arguments_validator_bytes(format!("{schema}\n{args}").as_bytes());
     }
 }

@@ -215,3 +215,22 @@ pub fn check_selection(budget: Option<u64>, messages: Vec<Message>) -> Reached {
         }
     }
 }
+
+/// Bytes → a schema (the first line, JSON) and arguments (the rest, JSON) → the specialised argument
+/// validator beside the jsonschema path (`reins::validate::compare_with_jsonschema`): where the schema is in
+/// the specialised validator's subset, the two give the same verdict.
+pub fn check_arguments_validator_bytes(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let (schema, args) = text.split_once('\n').unwrap_or((&text, "{}"));
+    let (Ok(schema), Ok(args)) = (serde_json::from_str::<Value>(schema), serde_json::from_str::<Value>(args)) else {
+        return;
+    };
+    check_arguments_validator(&schema, &args);
+}
+
+/// [`check_arguments_validator_bytes`] on values.
+pub fn check_arguments_validator(schema: &Value, args: &Value) {
+    if let Err(disagreement) = reins::validate::compare_with_jsonschema(schema, args) {
+        panic!("{disagreement}");
+    }
+}

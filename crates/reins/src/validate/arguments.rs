@@ -1,14 +1,12 @@
-//! Validation of untrusted input: tool-call arguments against their schema, and model responses
-//! before anything of them is recorded.
-
-use std::collections::HashSet;
+//! Tool-call arguments against their tool's schema: the jsonschema path, which words every error, and in
+//! front of it the specialised validator of `super::simple` for the schemas it covers, which answers only
+//! whether a call is valid. An invalid call is always worded by the jsonschema path, so the errors a model
+//! sees are the same whichever validator said no.
 
 use serde_json::Value;
 
-use crate::message::ToolCall;
-use crate::model::{FinishReason, ModelResponse};
+use super::simple::Simple;
 use crate::registry::pointer_or_root;
-use crate::usage::Usage;
 
 /// The largest integer magnitude a JSON number holds exactly in every implementation: 2^53.
 pub const MAX_SAFE_INTEGER: u64 = 1 << 53;
@@ -41,11 +39,66 @@ fn cut(mut s: String) -> String {
     s
 }
 
+/// A tool's compiled argument schema: jsonschema's validator, and the specialised one when the schema is
+/// in its subset (see `super::simple`). Compiled once, when the registry is built.
+pub(crate) struct ArgsValidator {
+    schema: jsonschema::Validator,
+    /// False when no value the schema accepts can hold a number (then a valid call needs no number scan).
+    numbers: bool,
+    simple: Option<Simple>,
+}
+
+impl ArgsValidator {
+    /// Wraps `validator`, compiled by jsonschema from `schema`, with the specialised validator of `schema`.
+    pub(crate) fn new(validator: jsonschema::Validator, schema: &Value) -> ArgsValidator {
+        ArgsValidator { numbers: admits_numbers(schema), simple: Simple::compile(schema), schema: validator }
+    }
+
+    /// The jsonschema path alone, as the registry had it before the specialised validator.
+    #[cfg(test)]
+    pub(crate) fn without_specialised(validator: jsonschema::Validator, schema: &Value) -> ArgsValidator {
+        ArgsValidator { numbers: admits_numbers(schema), simple: None, schema: validator }
+    }
+
+    /// Whether the specialised validator covers this schema.
+    #[cfg(test)]
+    pub(crate) fn is_specialised(&self) -> bool {
+        self.simple.is_some()
+    }
+
+    /// Checks arguments: `Ok` or the errors to report, each worded by jsonschema. The specialised validator
+    /// answers the common valid call; every call it does not pass is checked again on the jsonschema path,
+    /// which gives the verdict and the errors.
+    pub(crate) fn check(&self, args: &Value) -> Result<(), Vec<ArgumentError>> {
+        if self.simple.as_ref().is_some_and(|s| s.is_valid(args)) {
+            return Ok(());
+        }
+        validate_arguments(&self.schema, self.numbers, args)
+    }
+}
+
+/// Compares the specialised validator with the jsonschema path on one schema and value (for property
+/// tests and the `arguments_validator` fuzz target). `Ok(None)` when jsonschema does not compile the
+/// schema or it is outside the subset, `Ok(Some(valid))` when both agree, and `Err` naming the
+/// disagreement otherwise.
+#[doc(hidden)]
+pub fn compare_with_jsonschema(schema: &Value, args: &Value) -> Result<Option<bool>, String> {
+    let Ok(validator) = jsonschema::validator_for(schema) else { return Ok(None) };
+    let Some(simple) = Simple::compile(schema) else { return Ok(None) };
+    let fast = simple.is_valid(args);
+    let slow = validate_arguments(&validator, admits_numbers(schema), args);
+    if fast == slow.is_ok() {
+        Ok(Some(fast))
+    } else {
+        Err(format!("schema {schema}, arguments {args}: specialised says {fast}, jsonschema says {slow:?}"))
+    }
+}
+
 /// Validates arguments with a compiled schema. Integers beyond ±2^53 are refused first, wherever they
 /// are: they are neither "integer" nor "number" here, since no JSON peer holds them exactly.
 /// `numbers` is false when no value the schema accepts can hold a number ([`admits_numbers`]): then a valid
 /// call holds no number at all and the number scan is skipped.
-pub(crate) fn validate_arguments(
+fn validate_arguments(
     validator: &jsonschema::Validator,
     numbers: bool,
     args: &Value,
@@ -72,7 +125,7 @@ pub(crate) fn validate_arguments(
 /// does not follow (`$ref`, `anyOf`, `enum`, pattern properties, …) or a missing `type` answers true; only
 /// schemas built of `type`s without numbers, closed objects and typed arrays answer false (for example
 /// `{"type": "object", "properties": {"t": {"type": "string"}}, "additionalProperties": false}`).
-pub(crate) fn admits_numbers(schema: &Value) -> bool {
+fn admits_numbers(schema: &Value) -> bool {
     const FOLLOWED: &[&str] = &[
         "type",
         "properties",
@@ -128,7 +181,7 @@ pub(crate) fn admits_numbers(schema: &Value) -> bool {
 }
 
 /// True for an integer beyond ±2^53 or a non-finite number.
-fn is_unsafe(n: &serde_json::Number) -> bool {
+pub(super) fn is_unsafe(n: &serde_json::Number) -> bool {
     if let Some(u) = n.as_u64() {
         u > MAX_SAFE_INTEGER
     } else if let Some(i) = n.as_i64() {
@@ -139,7 +192,7 @@ fn is_unsafe(n: &serde_json::Number) -> bool {
 }
 
 /// True when some number in `v` is unsafe: the common, allocation-free check before paths are built.
-fn has_unsafe_number(v: &Value) -> bool {
+pub(super) fn has_unsafe_number(v: &Value) -> bool {
     match v {
         Value::Number(n) => is_unsafe(n),
         Value::Array(items) => items.iter().any(has_unsafe_number),
@@ -178,166 +231,6 @@ fn unsafe_numbers(v: &Value, path: &mut String, out: &mut Vec<ArgumentError>) {
             }
         }
         _ => {}
-    }
-}
-
-/// Why a model response was refused. The run ends `model_error` with this message.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ResponseError(pub String);
-
-/// Checks a typed response: tool calls have non-empty, unique ids and non-empty names, and usage adds up
-/// without overflow.
-pub fn check_response(r: &ModelResponse) -> Result<(), ResponseError> {
-    // A few calls are compared pairwise; a set pays off only for larger batches.
-    let mut ids = HashSet::with_capacity(if r.tool_calls.len() > 16 { r.tool_calls.len() } else { 0 });
-    for (i, call) in r.tool_calls.iter().enumerate() {
-        if call.id.is_empty() {
-            return Err(ResponseError(format!("tool call {i} has an empty id")));
-        }
-        if call.name.is_empty() {
-            return Err(ResponseError(format!("tool call {i} ({:?}) has an empty name", call.id)));
-        }
-        let repeated = if r.tool_calls.len() > 16 {
-            !ids.insert(&*call.id)
-        } else {
-            r.tool_calls[..i].iter().any(|c| c.id == call.id)
-        };
-        if repeated {
-            return Err(ResponseError(format!("tool call id {:?} appears more than once", call.id)));
-        }
-    }
-    if let Some(u) = &r.usage {
-        if u.total().is_none() {
-            return Err(ResponseError("usage overflows: input plus output tokens exceed 2^64".into()));
-        }
-        if u.cached_input_tokens > u.input_tokens {
-            return Err(ResponseError("usage: cached input tokens exceed input tokens".into()));
-        }
-        if u.cache_write_tokens > u.input_tokens - u.cached_input_tokens {
-            return Err(ResponseError("usage: cache reads plus cache writes exceed input tokens".into()));
-        }
-        if u.reasoning_tokens > u.output_tokens {
-            return Err(ResponseError("usage: reasoning tokens exceed output tokens".into()));
-        }
-    }
-    Ok(())
-}
-
-/// Parses and checks a response given as raw JSON:
-/// `{"content": string, "tool_calls": [{"id", "name", "arguments"}], "usage": {"input_tokens", "output_tokens"}}`.
-/// `content` may also be spelled `text`; both are optional, as are `tool_calls` and `usage`.
-///
-/// ```
-/// let r = reins::parse_response(&serde_json::json!({"content": "hi"})).unwrap();
-/// assert_eq!(r.text, "hi");
-/// assert!(reins::parse_response(&serde_json::json!({"content": 5})).is_err());
-/// ```
-pub fn parse_response(v: &Value) -> Result<ModelResponse, ResponseError> {
-    let err = |m: String| Err(ResponseError(m));
-    let Value::Object(map) = v else {
-        return err(format!("a response is a JSON object, not {}", kind(v)));
-    };
-    let text = match (map.get("content"), map.get("text")) {
-        (Some(_), Some(_)) => return err("a response has `content` or `text`, not both".into()),
-        (Some(Value::String(s)), None) | (None, Some(Value::String(s))) => s.clone(),
-        (None, None) | (Some(Value::Null), None) | (None, Some(Value::Null)) => String::new(),
-        (Some(other), None) | (None, Some(other)) => {
-            return err(format!("response text is a string, not {}", kind(other)));
-        }
-    };
-    let tool_calls = match map.get("tool_calls") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(items)) => {
-            let mut calls = Vec::with_capacity(items.len());
-            for (i, item) in items.iter().enumerate() {
-                calls.push(parse_call(i, item)?);
-            }
-            calls
-        }
-        Some(other) => return err(format!("tool_calls is an array, not {}", kind(other))),
-    };
-    let usage = match map.get("usage") {
-        None | Some(Value::Null) => None,
-        Some(u) => Some(parse_usage(u)?),
-    };
-    let reasoning = match map.get("reasoning") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(other) => return err(format!("reasoning is a string, not {}", kind(other))),
-    };
-    let finish_reason = match map.get("finish_reason") {
-        None | Some(Value::Null) => None,
-        Some(f) => Some(
-            serde_json::from_value::<FinishReason>(f.clone())
-                .map_err(|e| ResponseError(format!("finish_reason: {e}")))?,
-        ),
-    };
-    let r = ModelResponse { text, tool_calls, usage, reasoning, reasoning_items: Vec::new(), finish_reason };
-    check_response(&r)?;
-    Ok(r)
-}
-
-fn parse_call(i: usize, v: &Value) -> Result<ToolCall, ResponseError> {
-    let Value::Object(m) = v else {
-        return Err(ResponseError(format!("tool call {i} is an object, not {}", kind(v))));
-    };
-    let field = |name: &str| -> Result<String, ResponseError> {
-        match m.get(name) {
-            Some(Value::String(s)) => Ok(s.clone()),
-            None => Err(ResponseError(format!("tool call {i} has no {name}"))),
-            Some(other) => Err(ResponseError(format!("tool call {i}: {name} is a string, not {}", kind(other)))),
-        }
-    };
-    let id = field("id")?;
-    let name = field("name")?;
-    let arguments = match m.get("arguments") {
-        None => return Err(ResponseError(format!("tool call {i} ({id:?}) carries no arguments"))),
-        Some(a) => a.clone(),
-    };
-    Ok(ToolCall { id: id.into(), name, arguments })
-}
-
-fn parse_usage(v: &Value) -> Result<Usage, ResponseError> {
-    let Value::Object(m) = v else {
-        return Err(ResponseError(format!("usage is an object, not {}", kind(v))));
-    };
-    let count = |name: &str, required: bool| -> Result<u64, ResponseError> {
-        match m.get(name) {
-            None | Some(Value::Null) if !required => Ok(0),
-            None | Some(Value::Null) => Err(ResponseError(format!("usage has no {name}"))),
-            Some(Value::Number(n)) => n
-                .as_u64()
-                .ok_or_else(|| ResponseError(format!("usage {name} is a non-negative integer below 2^64, not {n}"))),
-            Some(other) => Err(ResponseError(format!("usage {name} is a number, not {}", kind(other)))),
-        }
-    };
-    let cached = match (m.get("cached_input_tokens"), m.get("cache_read_tokens")) {
-        (Some(a), Some(b)) if !a.is_null() && !b.is_null() && a != b => {
-            return Err(ResponseError(
-                "usage: cached_input_tokens and cache_read_tokens name one count, and differ".into(),
-            ));
-        }
-        (Some(a), _) if !a.is_null() => count("cached_input_tokens", false)?,
-        _ => count("cache_read_tokens", false)?,
-    };
-    Ok(Usage {
-        input_tokens: count("input_tokens", true)?,
-        output_tokens: count("output_tokens", true)?,
-        cached_input_tokens: cached,
-        cache_write_tokens: count("cache_write_tokens", false)?,
-        reasoning_tokens: count("reasoning_tokens", false)?,
-    })
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

@@ -1,0 +1,370 @@
+//! A specialised validator for the simple schemas most tools have, compiled once per tool.
+//!
+//! The subset (anything else compiles to `None`, and the jsonschema path alone decides):
+//! - the root's `$schema` absent or draft 2020-12 (the jsonschema default, where `format` is an annotation);
+//!   no `$schema` or `$id` below the root;
+//! - `type` (a name or a list of names), `enum` and `const` of strings, booleans and null;
+//! - `minLength`/`maxLength` (counted in code points, as jsonschema does);
+//! - `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` of numbers within ±2^53;
+//! - `properties`, `required`, `additionalProperties` (a boolean or a schema of the subset),
+//!   `minProperties`, `maxProperties`;
+//! - `items` (one schema of the subset), `minItems`, `maxItems`, `uniqueItems: false`;
+//! - boolean schemas; annotations (`title`, `description`, `default`, `examples`, `$comment`,
+//!   `deprecated`, `readOnly`, `writeOnly`, `format`) and unused `$defs`/`definitions`.
+//!
+//! It answers only "valid or not", with the number rule of [`super::arguments`] built in: a number beyond
+//! ±2^53 anywhere makes the call invalid (the jsonschema path then words the errors).
+
+use serde_json::{Map, Number, Value};
+
+use super::arguments::{has_unsafe_number, is_unsafe};
+
+/// Nesting deeper than this is left to jsonschema.
+const MAX_DEPTH: usize = 32;
+/// Objects with more properties than this are looked up by binary search instead of a scan.
+const SCAN_PROPERTIES: usize = 8;
+
+const NULL: u8 = 1;
+const BOOLEAN: u8 = 2;
+const INTEGER: u8 = 4;
+const NUMBER: u8 = 8;
+const STRING: u8 = 16;
+const ARRAY: u8 = 32;
+const OBJECT: u8 = 64;
+const ANY_TYPE: u8 = 127;
+
+/// The keywords that change nothing about validity here.
+const ANNOTATIONS: &[&str] = &[
+    "title",
+    "description",
+    "default",
+    "examples",
+    "$comment",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "format",
+    "$defs",
+    "definitions",
+];
+
+/// A compiled schema of the subset.
+#[derive(Debug)]
+pub(crate) struct Simple {
+    root: Node,
+}
+
+#[derive(Debug)]
+enum Node {
+    /// Any value (`true`, `{}`): only the number rule applies.
+    Any,
+    /// No value (`false`).
+    Never,
+    Check(Box<Checks>),
+}
+
+#[derive(Debug, Default)]
+struct Checks {
+    /// The admitted types (bits above); `INTEGER` alone admits integral numbers.
+    types: u8,
+    /// `enum`/`const`: the admitted values (strings, booleans, null), when given.
+    allowed: Option<Vec<Value>>,
+    min_length: Option<u64>,
+    max_length: Option<u64>,
+    /// Lower and upper bounds: the value and whether it is excluded.
+    lower: Vec<(f64, bool)>,
+    upper: Vec<(f64, bool)>,
+    object: Option<ObjectChecks>,
+    array: Option<ArrayChecks>,
+}
+
+#[derive(Debug)]
+struct ObjectChecks {
+    /// By name; sorted when there are more than [`SCAN_PROPERTIES`].
+    properties: Vec<Property>,
+    /// How many of `properties` are required.
+    required_known: usize,
+    /// Required names that `properties` does not list.
+    required_other: Vec<String>,
+    additional: Node,
+    min: Option<u64>,
+    max: Option<u64>,
+}
+
+#[derive(Debug)]
+struct Property {
+    name: String,
+    node: Node,
+    required: bool,
+}
+
+#[derive(Debug)]
+struct ArrayChecks {
+    items: Node,
+    min: Option<u64>,
+    max: Option<u64>,
+}
+
+impl Simple {
+    /// The specialised validator of `schema`, or `None` when the schema is outside the subset. Call it only
+    /// for a schema jsonschema compiled (it assumes a schema its meta-schema accepts).
+    pub(crate) fn compile(schema: &Value) -> Option<Simple> {
+        if let Value::Object(map) = schema {
+            match map.get("$schema") {
+                None => {}
+                Some(Value::String(uri)) if is_draft_2020_12(uri) => {}
+                Some(_) => return None,
+            }
+        }
+        Some(Simple { root: node(schema, 0, true)? })
+    }
+
+    /// Whether `value` is valid: the same verdict as the jsonschema path of [`super::arguments`].
+    pub(crate) fn is_valid(&self, value: &Value) -> bool {
+        self.root.is_valid(value)
+    }
+}
+
+fn is_draft_2020_12(uri: &str) -> bool {
+    matches!(
+        uri.trim_end_matches('#'),
+        "https://json-schema.org/draft/2020-12/schema" | "http://json-schema.org/draft/2020-12/schema"
+    )
+}
+
+/// Compiles one (sub)schema; `root` admits `$schema` and `$id`.
+fn node(schema: &Value, depth: usize, root: bool) -> Option<Node> {
+    let map = match schema {
+        Value::Bool(true) => return Some(Node::Any),
+        Value::Bool(false) => return Some(Node::Never),
+        Value::Object(map) => map,
+        _ => return None,
+    };
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    let mut checks = Checks { types: ANY_TYPE, ..Checks::default() };
+    let mut constrained = false;
+    for (key, value) in map {
+        match key.as_str() {
+            k if ANNOTATIONS.contains(&k) => continue,
+            "$schema" | "$id" if root => continue,
+            "type" => checks.types = types(value)?,
+            "enum" => checks.allowed = Some(allowed(value.as_array()?)?),
+            "const" => checks.allowed = Some(allowed(std::slice::from_ref(value))?),
+            "minLength" => checks.min_length = Some(size(value)?),
+            "maxLength" => checks.max_length = Some(size(value)?),
+            "minimum" => checks.lower.push((bound(value)?, false)),
+            "exclusiveMinimum" => checks.lower.push((bound(value)?, true)),
+            "maximum" => checks.upper.push((bound(value)?, false)),
+            "exclusiveMaximum" => checks.upper.push((bound(value)?, true)),
+            "uniqueItems" if value == &Value::Bool(false) => continue,
+            "properties" | "required" | "additionalProperties" | "minProperties" | "maxProperties" => {
+                if checks.object.is_none() {
+                    checks.object = Some(object(map, depth)?);
+                }
+            }
+            "items" | "minItems" | "maxItems" => {
+                if checks.array.is_none() {
+                    checks.array = Some(array(map, depth)?);
+                }
+            }
+            _ => return None,
+        }
+        constrained = true;
+    }
+    if !constrained {
+        return Some(Node::Any);
+    }
+    // `enum`/`const` values whose type is not admitted are never met; they change nothing.
+    Some(Node::Check(Box::new(checks)))
+}
+
+fn types(value: &Value) -> Option<u8> {
+    let one = |name: &str| -> Option<u8> {
+        Some(match name {
+            "null" => NULL,
+            "boolean" => BOOLEAN,
+            "integer" => INTEGER,
+            "number" => NUMBER,
+            "string" => STRING,
+            "array" => ARRAY,
+            "object" => OBJECT,
+            _ => return None,
+        })
+    };
+    match value {
+        Value::String(name) => one(name),
+        Value::Array(names) => names.iter().try_fold(0, |acc, n| Some(acc | one(n.as_str()?)?)),
+        _ => None,
+    }
+}
+
+/// The values of `enum`/`const`, when each is a string, a boolean or null (compared by plain equality).
+fn allowed(values: &[Value]) -> Option<Vec<Value>> {
+    values.iter().all(|v| matches!(v, Value::String(_) | Value::Bool(_) | Value::Null)).then(|| values.to_vec())
+}
+
+/// A length or count limit.
+fn size(value: &Value) -> Option<u64> {
+    let Value::Number(n) = value else { return None };
+    n.as_u64()
+}
+
+/// A numeric bound that compares exactly with every number within ±2^53 as an `f64`.
+fn bound(value: &Value) -> Option<f64> {
+    let Value::Number(n) = value else { return None };
+    if is_unsafe(n) {
+        return None;
+    }
+    n.as_f64()
+}
+
+fn object(map: &Map<String, Value>, depth: usize) -> Option<ObjectChecks> {
+    let mut properties = Vec::new();
+    if let Some(props) = map.get("properties") {
+        for (name, schema) in props.as_object()? {
+            properties.push(Property { name: name.clone(), node: node(schema, depth + 1, false)?, required: false });
+        }
+    }
+    let mut required_other: Vec<String> = Vec::new();
+    if let Some(required) = map.get("required") {
+        for name in required.as_array()? {
+            let name = name.as_str()?;
+            match properties.iter_mut().find(|p| p.name == name) {
+                Some(p) => p.required = true,
+                None if !required_other.iter().any(|r| r == name) => required_other.push(name.to_owned()),
+                None => {}
+            }
+        }
+    }
+    if properties.len() > SCAN_PROPERTIES {
+        properties.sort_by(|a, b| a.name.cmp(&b.name));
+    }
+    let additional = match map.get("additionalProperties") {
+        None => Node::Any,
+        Some(schema) => node(schema, depth + 1, false)?,
+    };
+    let optional_size = |key: &str| map.get(key).map(size).map_or(Some(None), |s| s.map(Some));
+    Some(ObjectChecks {
+        required_known: properties.iter().filter(|p| p.required).count(),
+        properties,
+        required_other,
+        additional,
+        min: optional_size("minProperties")?,
+        max: optional_size("maxProperties")?,
+    })
+}
+
+fn array(map: &Map<String, Value>, depth: usize) -> Option<ArrayChecks> {
+    let items = match map.get("items") {
+        None => Node::Any,
+        Some(schema @ (Value::Object(_) | Value::Bool(_))) => node(schema, depth + 1, false)?,
+        Some(_) => return None,
+    };
+    let optional_size = |key: &str| map.get(key).map(size).map_or(Some(None), |s| s.map(Some));
+    Some(ArrayChecks { items, min: optional_size("minItems")?, max: optional_size("maxItems")? })
+}
+
+impl Node {
+    fn is_valid(&self, value: &Value) -> bool {
+        match self {
+            Node::Any => !has_unsafe_number(value),
+            Node::Never => false,
+            Node::Check(checks) => checks.is_valid(value),
+        }
+    }
+}
+
+impl Checks {
+    fn is_valid(&self, value: &Value) -> bool {
+        let admitted = |bit: u8| self.types & bit != 0;
+        let listed = || self.allowed.as_ref().is_none_or(|a| a.contains(value));
+        match value {
+            Value::Null => admitted(NULL) && listed(),
+            Value::Bool(_) => admitted(BOOLEAN) && listed(),
+            Value::String(s) => admitted(STRING) && self.length_within(s) && listed(),
+            Value::Number(n) => self.allowed.is_none() && self.number_is_valid(n),
+            // A container no keyword looks into still holds no unsafe number.
+            Value::Array(items) => {
+                admitted(ARRAY)
+                    && self.allowed.is_none()
+                    && self.array.as_ref().map_or_else(|| !has_unsafe_number(value), |a| a.is_valid(items))
+            }
+            Value::Object(map) => {
+                admitted(OBJECT)
+                    && self.allowed.is_none()
+                    && self.object.as_ref().map_or_else(|| !has_unsafe_number(value), |o| o.is_valid(map))
+            }
+        }
+    }
+
+    fn length_within(&self, s: &str) -> bool {
+        if self.min_length.is_none() && self.max_length.is_none() {
+            return true;
+        }
+        let chars = s.chars().count() as u64;
+        self.min_length.is_none_or(|min| chars >= min) && self.max_length.is_none_or(|max| chars <= max)
+    }
+
+    fn number_is_valid(&self, n: &Number) -> bool {
+        if is_unsafe(n) {
+            return false;
+        }
+        let integral = n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0);
+        if self.types & NUMBER == 0 && !(self.types & INTEGER != 0 && integral) {
+            return false;
+        }
+        if self.lower.is_empty() && self.upper.is_empty() {
+            return true;
+        }
+        // Exact: a number within ±2^53 (the only kind left) is an `f64` without rounding.
+        let Some(x) = n.as_f64() else { return false };
+        self.lower.iter().all(|&(b, excluded)| if excluded { x > b } else { x >= b })
+            && self.upper.iter().all(|&(b, excluded)| if excluded { x < b } else { x <= b })
+    }
+}
+
+impl ObjectChecks {
+    fn is_valid(&self, map: &Map<String, Value>) -> bool {
+        let len = map.len() as u64;
+        if self.min.is_some_and(|min| len < min) || self.max.is_some_and(|max| len > max) {
+            return false;
+        }
+        let mut required = 0;
+        for (key, value) in map {
+            match self.property(key) {
+                Some(p) => {
+                    if !p.node.is_valid(value) {
+                        return false;
+                    }
+                    required += usize::from(p.required);
+                }
+                None => {
+                    if !self.additional.is_valid(value) {
+                        return false;
+                    }
+                }
+            }
+        }
+        required == self.required_known && self.required_other.iter().all(|name| map.contains_key(name))
+    }
+
+    fn property(&self, key: &str) -> Option<&Property> {
+        if self.properties.len() > SCAN_PROPERTIES {
+            self.properties.binary_search_by(|p| p.name.as_str().cmp(key)).ok().map(|i| &self.properties[i])
+        } else {
+            self.properties.iter().find(|p| p.name == key)
+        }
+    }
+}
+
+impl ArrayChecks {
+    fn is_valid(&self, items: &[Value]) -> bool {
+        let len = items.len() as u64;
+        if self.min.is_some_and(|min| len < min) || self.max.is_some_and(|max| len > max) {
+            return false;
+        }
+        items.iter().all(|item| self.items.is_valid(item))
+    }
+}

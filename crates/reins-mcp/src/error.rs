@@ -73,4 +73,10 @@ pub enum McpError {
     /// Two configured servers share a name.
     #[error("two MCP servers are named {0:?}")]
     DuplicateServer(String),
+    /// An HTTP server answered 401 and Reins has no login for it, or its login could not be refreshed.
+    #[error("MCP server {server:?} needs a login: run `reins mcp login {server}`")]
+    LoginRequired {
+        /// The server's name.
+        server: String,
+    },
 }

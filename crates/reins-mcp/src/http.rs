@@ -23,13 +23,30 @@ impl SseRetryPolicy for BoundedRetry {
     }
 }
 
+/// Why a streamable HTTP endpoint could not be reached.
+pub(crate) enum ConnectError {
+    /// The server answered 401 and Reins has no login for it (or its login could not be refreshed).
+    NeedsLogin,
+    /// Anything else, in plain words.
+    Failed(String),
+}
+
+impl From<String> for ConnectError {
+    fn from(message: String) -> Self {
+        ConnectError::Failed(message)
+    }
+}
+
 /// Connects to a streamable HTTP endpoint and completes `initialize`. An `Authorization: Bearer TOKEN`
-/// header is sent as the transport's bearer token; other headers go with every request.
+/// header is sent as the transport's bearer token; other headers go with every request. With a stored
+/// OAuth `login` (see [`crate::auth`]), its access token is the bearer token: refreshed before it expires, and
+/// once more when the server answers 401.
 pub(crate) async fn connect<H: rmcp::ClientHandler>(
     handler: H,
     url: &str,
     headers: &BTreeMap<String, String>,
-) -> Result<RunningService<RoleClient, H>, String> {
+    login: Option<rmcp::transport::AuthorizationManager>,
+) -> Result<RunningService<RoleClient, H>, ConnectError> {
     let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
     config.retry_config = Arc::new(BoundedRetry);
     let mut custom = HashMap::with_capacity(headers.len());
@@ -66,10 +83,17 @@ pub(crate) async fn connect<H: rmcp::ClientHandler>(
         .redirect(policy)
         .build()
         .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-    let transport = StreamableHttpClientTransport::with_client(client, config);
-    handler.serve(transport).await.map_err(|e| match refused.lock().ok().and_then(|slot| slot.clone()) {
-        Some(message) => message,
-        None => crate::server::plain(&e.to_string()),
+    let served = match login {
+        Some(manager) => {
+            let client = rmcp::transport::AuthClient::new(client, manager);
+            handler.serve(StreamableHttpClientTransport::with_client(client, config)).await
+        }
+        None => handler.serve(StreamableHttpClientTransport::with_client(client, config)).await,
+    };
+    served.map_err(|e| match refused.lock().ok().and_then(|slot| slot.clone()) {
+        Some(message) => ConnectError::Failed(message),
+        None if e.is_authorization_required() => ConnectError::NeedsLogin,
+        None => ConnectError::Failed(crate::server::plain(&e.to_string())),
     })
 }
 

@@ -20,6 +20,7 @@
 
 #![warn(missing_docs)]
 
+pub mod auth;
 pub mod config;
 pub mod error;
 pub mod frame;
@@ -27,9 +28,9 @@ mod http;
 pub mod process;
 pub mod resources;
 pub mod result;
-pub mod server;
 #[cfg(feature = "server")]
 pub mod serve;
+pub mod server;
 pub mod spill;
 pub mod tools;
 

@@ -103,7 +103,7 @@ pub struct McpServer {
     /// Where results over the run's bound are written whole (see [`McpServer::set_spill`]).
     spill: std::sync::OnceLock<crate::spill::Spill>,
     /// Its `env` values, header values and URL userinfo, masked in what it says.
-    secrets: reins::Secrets,
+    secrets: Arc<crate::auth::TokenSecrets>,
 }
 
 impl std::fmt::Debug for McpServer {
@@ -116,17 +116,21 @@ impl McpServer {
     /// Starts (stdio) or reaches (HTTP) the server and completes `initialize`, all within the configured
     /// start-up timeout. A server that does not answer in time is killed, with its process group.
     pub async fn connect(config: ServerConfig) -> Result<McpServer, McpError> {
-        let secrets = config.secrets();
-        match Self::connect_inner(config).await {
+        // The tokens of an OAuth login join these as they are loaded or refreshed.
+        let secrets = Arc::new(crate::auth::TokenSecrets::new(config.secrets()));
+        match Self::connect_inner(config, Arc::clone(&secrets)).await {
             Ok(server) => {
                 let server_info = server.server_info.as_deref().map(|i| secrets.mask(i).into_owned());
-                Ok(McpServer { secrets, server_info, ..server })
+                Ok(McpServer { server_info, ..server })
             }
-            Err(e) => Err(mask_error(e, &secrets)),
+            Err(e) => Err(mask_error(e, &secrets.get())),
         }
     }
 
-    async fn connect_inner(config: ServerConfig) -> Result<McpServer, McpError> {
+    async fn connect_inner(
+        config: ServerConfig,
+        secrets: Arc<crate::auth::TokenSecrets>,
+    ) -> Result<McpServer, McpError> {
         let name = config.name.clone();
         let timeout = config.startup_timeout;
         let flags = Arc::new(ChangeFlags::default());
@@ -159,10 +163,26 @@ impl McpServer {
                 (service, Some(process))
             }
             Transport::Http { url, headers } => {
-                let service = tokio::time::timeout(timeout, crate::http::connect(handler, url, headers))
+                let connect = async {
+                    // A configured Authorization header wins over a stored login.
+                    let login = if headers.keys().any(|k| k.eq_ignore_ascii_case("authorization")) {
+                        None
+                    } else {
+                        crate::auth::stored_login(&config, Arc::clone(&secrets))
+                            .await
+                            .map_err(|e| crate::http::ConnectError::Failed(e.to_string()))?
+                    };
+                    crate::http::connect(handler, url, headers, login).await
+                };
+                let service = tokio::time::timeout(timeout, connect)
                     .await
                     .map_err(|_| McpError::StartupTimeout { server: name.clone(), timeout, diagnosis: String::new() })?
-                    .map_err(|reason| McpError::Initialize { server: name.clone(), reason })?;
+                    .map_err(|e| match e {
+                        crate::http::ConnectError::NeedsLogin => McpError::LoginRequired { server: name.clone() },
+                        crate::http::ConnectError::Failed(reason) => {
+                            McpError::Initialize { server: name.clone(), reason }
+                        }
+                    })?;
                 (service, None)
             }
         };
@@ -189,7 +209,7 @@ impl McpServer {
             has_prompts,
             listener,
             spill: std::sync::OnceLock::new(),
-            secrets: reins::Secrets::default(),
+            secrets,
         })
     }
 
@@ -266,7 +286,7 @@ impl McpServer {
 
     /// Lists every tool (following pagination), within the start-up timeout.
     pub async fn list_tools(&self) -> Result<Vec<RemoteTool>, McpError> {
-        self.list_tools_inner().await.map_err(|e| mask_error(e, &self.secrets))
+        self.list_tools_inner().await.map_err(|e| mask_error(e, &self.secrets.get()))
     }
 
     async fn list_tools_inner(&self) -> Result<Vec<RemoteTool>, McpError> {
@@ -360,11 +380,15 @@ impl McpServer {
                 if self.process.is_some() && self.peer.is_transport_closed() {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
-                Err(ToolError::Failed(self.explain(&format!(
-                    "MCP server {:?} failed the call of {tool:?}: {}",
-                    self.name(),
+                // A 401 that one refresh of the login did not cure.
+                let why = if crate::auth::needs_login(&e) {
+                    format!("it needs a login: run `reins mcp login {}`", self.name())
+                } else {
                     call_error(&e)
-                ))))
+                };
+                Err(ToolError::Failed(
+                    self.explain(&format!("MCP server {:?} failed the call of {tool:?}: {why}", self.name())),
+                ))
             }
             Ok(Ok(result)) => match serde_json::to_value(&result) {
                 Ok(v) => map_call_result(&v),

@@ -1,0 +1,484 @@
+//! A batch of tool calls ([`Action::RunTools`](crate::engine::state::Action)): made durable, run (refused
+//! calls answer at once, runs of parallel-safe calls together, the rest one by one, each under its
+//! `execute_tool` span, timeout and hooks) racing the caller's cancellation and the deadline, then its
+//! results recorded — or held, while a sub-agent of it waits for decisions.
+
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
+use futures_util::future::join_all;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::Agent;
+use super::hooks::Hooked;
+use super::run::Run;
+use crate::engine::perform::{Performer, ToolStep};
+use crate::engine::state::{AgentWait, Batch, CallResult, Plan, PlannedCall, RunState};
+use crate::events::{Emitter, EventKind, panic_message};
+use crate::journal::JournalError;
+use crate::outcome::{AgentTotals, Status};
+use crate::registry::Registry;
+use crate::spans;
+use crate::subagent::{Left, RunScope};
+use crate::tool::{ToolContext, ToolError};
+
+/// Where a batch stands in its run: what a tool call's idempotency key is made of.
+#[derive(Clone, Copy)]
+pub(super) struct BatchAt<'a> {
+    step: u64,
+    key_prefix: &'a Arc<str>,
+    /// Whether the calls' spans carry content.
+    span_content: bool,
+}
+
+/// The progress of one call of a batch.
+#[derive(Clone, Default)]
+struct Slot {
+    started: bool,
+    reported: bool,
+    /// When the call began running: a call the batch's interruption cut short ran until then.
+    began: Option<Instant>,
+    /// When it ended (read once: it dates the call's `tool_end` and gives its duration).
+    ended: Option<Instant>,
+    result: Option<CallResult>,
+    /// The `hook` events of its `post_tool` hooks, sent after its `tool_end`.
+    hook_events: Vec<EventKind>,
+}
+
+impl Slot {
+    /// Records the call's result, and when it ended (now).
+    fn finish(&mut self, result: CallResult) {
+        self.ended = Some(Instant::now());
+        self.result = Some(result);
+    }
+
+    /// How long the call ran (zero for one that did not run or did not end).
+    fn elapsed(&self) -> Duration {
+        match (self.began, self.ended) {
+            (Some(b), Some(e)) => e.saturating_duration_since(b),
+            _ => Duration::ZERO,
+        }
+    }
+}
+
+/// What a batch gave, to be recorded in the state.
+pub(super) struct Ran {
+    /// By call: its result (`None`: it did not finish).
+    results: Vec<Option<CallResult>>,
+    /// The sub-agent runs of the batch that stopped for a decision.
+    waits: Vec<AgentWait>,
+    /// How the run ends when the batch was interrupted.
+    end: Option<(Status, String)>,
+    /// The result of a call that did not finish.
+    unfinished: String,
+    /// What its sub-agents spent, by name.
+    spent: BTreeMap<String, AgentTotals>,
+}
+
+impl Run<'_> {
+    /// Runs the admitted batch (after making its calls durable when one of them runs): its calls' events
+    /// are sent, also for calls an interruption cut short, and what they gave is handed back. `Err`: the log
+    /// could not be made durable, and nothing ran.
+    pub(super) async fn run_tools(
+        &mut self,
+        admitted: Batch<'_>,
+        step: u64,
+        left: Option<Left>,
+    ) -> Result<Ran, JournalError> {
+        // Borrowed from the state (not copied) until the results are recorded.
+        let batch: Vec<PlannedCall<'_>> = admitted.iter().collect();
+        // The proposed calls are durable before any of them runs: after a crash mid-batch a resume sees them
+        // without results, and no side effect is silently repeated. A batch whose calls are all refused runs
+        // nothing and needs no such wait.
+        if let Some(j) = self.journal.as_ref().filter(|_| batch.iter().any(|p| matches!(p.plan, Plan::Run))) {
+            j.flush().await?;
+        }
+        let mut slots: Vec<Slot> = vec![Slot::default(); batch.len()];
+        // Calls that ran before a sub-agent of the batch stopped it for a decision keep their results and do
+        // not run again.
+        if admitted.has_held() {
+            for (i, slot) in slots.iter_mut().enumerate() {
+                if let Some(r) = admitted.held_result(i) {
+                    (slot.result, slot.started, slot.reported) = (Some(r), true, true);
+                }
+            }
+        }
+        // Sub-agent calls get the run's budget left and report what they spend (see `subagent`).
+        let scope = left.map(|left| self.scope(left, &batch, admitted.agent_waits()));
+        let interrupted = self.run_batch(&batch, &mut slots, scope.as_ref(), step).await;
+        let end = interrupted.or_else(|| self.interrupted()).map(|i| {
+            self.run_cancel.cancel();
+            (i.status(), i.reason(&self.limits))
+        });
+        let unfinished = match &end {
+            Some((_, reason)) => format!("aborted: {reason}"),
+            None => "aborted: the call did not finish".to_owned(),
+        };
+        report_unfinished(&mut self.emitter, &batch, &slots, &unfinished);
+        if let Some((Status::Timeout, reason)) = &end {
+            self.emitter.emit(EventKind::LimitHit { status: Status::Timeout, detail: reason.clone() });
+        }
+        let spent = scope.map(|scope| scope.take_spent()).unwrap_or_default();
+        // The sub-agent runs that stopped for a decision come with their calls' results (also when a durable
+        // performer replays them).
+        let mut waits = Vec::new();
+        let results = slots
+            .into_iter()
+            .map(|s| {
+                s.result.map(|mut r| {
+                    if let Some(w) = r.wait.take() {
+                        waits.push(*w);
+                    }
+                    r
+                })
+            })
+            .collect();
+        Ok(Ran { results, waits, end, unfinished, spent })
+    }
+
+    /// What the sub-agent calls of a batch run under: the run's budget left, its observers, log, deadline
+    /// and rules.
+    fn scope(&self, left: Left, batch: &[PlannedCall<'_>], resumes: &[AgentWait]) -> Arc<RunScope> {
+        Arc::new(
+            RunScope::new(
+                Arc::clone(self.emitter.run_id()),
+                left,
+                batch,
+                &self.registry,
+                self.sub_agent_observers.clone().unwrap_or_default(),
+                self.on_observer_error.clone(),
+                self.include_content,
+                self.journal.clone(),
+                self.waits.deadline.map(tokio::time::Instant::into_std),
+                self.rules.sub_agents.clone().unwrap_or_default(),
+            )
+            .with_trace_content(self.span_content)
+            .with_resumes(resumes.to_vec()),
+        )
+    }
+
+    /// The batch run (inside the sub-agents' scope, if any) until it is done or the run is interrupted.
+    async fn run_batch(
+        &mut self,
+        batch: &[PlannedCall<'_>],
+        slots: &mut [Slot],
+        scope: Option<&Arc<RunScope>>,
+        step: u64,
+    ) -> Option<super::run::Interrupt> {
+        let at = BatchAt { step, key_prefix: &self.key_prefix, span_content: self.span_content };
+        let hooked = self.rules.hooked(self.agent);
+        let work = self.agent.run_batch(
+            &self.registry,
+            batch,
+            slots,
+            &self.run_cancel,
+            &mut self.emitter,
+            hooked.as_ref(),
+            self.performer,
+            at,
+        );
+        let work = async {
+            match scope {
+                Some(scope) => Arc::clone(scope).enter(work).await,
+                None => work.await,
+            }
+        };
+        tokio::select! {
+            biased;
+            i = self.waits.interruption() => Some(i),
+            () = work => None,
+        }
+    }
+
+    /// Records what the batch gave (or holds the batch while a sub-agent of it waits for decisions), rolls
+    /// its sub-agents' spending into the run, and takes the tools on offer anew.
+    pub(super) async fn record_tools(&mut self, state: &mut RunState, ran: Result<Ran, JournalError>) {
+        let ran = match ran {
+            Ok(ran) => ran,
+            Err(e) => return self.log_failed(state, &e),
+        };
+        for (name, spent) in ran.spent {
+            state.add_agent_spend(&name, &spent);
+        }
+        if ran.waits.is_empty() || ran.end.is_some() {
+            state.record_batch(ran.results, &ran.unfinished, ran.end, &self.agent.context);
+        } else {
+            // A sub-agent waits for decisions: so does the batch (see `RunState::hold_batch`).
+            state.hold_batch(ran.results, ran.waits);
+        }
+        self.refresh_tools().await;
+    }
+
+    /// Between steps: the tools may have changed (the next model turn sees the new ones).
+    async fn refresh_tools(&mut self) {
+        let (Some(source), false) = (&self.agent.tool_source, self.run_cancel.is_cancelled()) else { return };
+        let base = source.registry().await;
+        let next = Agent::step_registry(Arc::clone(&base), self.output).unwrap_or(base);
+        if let Some(change) = tools_changed(&self.registry, &next) {
+            self.emitter.emit(change);
+        }
+        self.registry = next;
+    }
+}
+
+/// The event of a tool set that changed between steps (names added, removed, or with a new description or
+/// schema), or `None` when `next` offers the same tools as `old`.
+fn tools_changed(old: &Arc<Registry>, next: &Arc<Registry>) -> Option<EventKind> {
+    if Arc::ptr_eq(old, next) {
+        return None;
+    }
+    let (old, next) = (old.specs(), next.specs());
+    fn find<'a>(specs: &'a [crate::tool::ToolSpec], name: &str) -> Option<&'a crate::tool::ToolSpec> {
+        specs.iter().find(|s| s.name == name)
+    }
+    let added: Vec<String> = next.iter().filter(|s| find(old, &s.name).is_none()).map(|s| s.name.clone()).collect();
+    let removed: Vec<String> = old.iter().filter(|s| find(next, &s.name).is_none()).map(|s| s.name.clone()).collect();
+    let changed: Vec<String> =
+        next.iter().filter(|s| find(old, &s.name).is_some_and(|o| o != *s)).map(|s| s.name.clone()).collect();
+    if added.is_empty() && removed.is_empty() && changed.is_empty() {
+        return None;
+    }
+    Some(EventKind::ToolsChanged { added, removed, changed })
+}
+
+/// Calls whose events were not sent yet (the batch was interrupted) get them now.
+fn report_unfinished(emitter: &mut Emitter, batch: &[PlannedCall<'_>], slots: &[Slot], unfinished: &String) {
+    for (p, slot) in batch.iter().zip(slots) {
+        if slot.reported {
+            continue;
+        }
+        let now = Instant::now();
+        if !slot.started {
+            emitter.tool_start(p.call, now);
+        }
+        let (content, is_error, elapsed) = match &slot.result {
+            Some(r) => (&r.content, r.is_error, slot.elapsed()),
+            // Cut short: it ran from its start until now.
+            None => (unfinished, true, slot.began.map_or(Duration::ZERO, |t| now.saturating_duration_since(t))),
+        };
+        emitter.tool_end(p.call, is_error, || (elapsed, None, now), || content.clone());
+    }
+}
+
+impl Agent {
+    /// Runs a batch: rejected calls answer at once; runs of consecutive parallel-safe calls run
+    /// concurrently; the rest one by one. Each result lands in its call's slot as soon as it is known.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_batch(
+        &self,
+        registry: &Registry,
+        batch: &[PlannedCall<'_>],
+        slots: &mut [Slot],
+        run_cancel: &CancellationToken,
+        emitter: &mut Emitter,
+        hooked: Option<&Hooked<'_>>,
+        performer: Option<&dyn Performer>,
+        at: BatchAt<'_>,
+    ) {
+        let parallel = |p: &PlannedCall<'_>| {
+            matches!(p.plan, Plan::Run) && registry.get(&p.call.name).is_some_and(|t| t.parallel_safe())
+        };
+        let mut i = 0;
+        while i < batch.len() {
+            let mut j = i + 1;
+            if parallel(&batch[i]) {
+                while j < batch.len() && parallel(&batch[j]) {
+                    j += 1;
+                }
+            }
+            // Once a sub-agent of the batch waits for a decision, the calls after it wait too (they run when the
+            // batch runs again); calls that already ran (their slots reported) do not run again.
+            if registry.has_sub_agents()
+                && slots[..i].iter().any(|s| s.result.as_ref().is_some_and(|r| r.wait.is_some()))
+            {
+                return;
+            }
+            let t0 = Instant::now();
+            for (p, slot) in batch[i..j].iter().zip(slots[i..j].iter_mut()).filter(|(_, s)| !s.reported) {
+                // Events are built only when someone listens.
+                emitter.tool_start(p.call, t0);
+                slot.started = true;
+            }
+            if j == i + 1 {
+                // One call at a time (the common case): no join machinery.
+                let (p, slot) = (&batch[i], &mut slots[i]);
+                if slot.reported {
+                    i = j;
+                    continue;
+                }
+                slot.began = Some(t0);
+                let result =
+                    self.run_call_traced(registry, p, run_cancel, performer, at, hooked, &mut slot.hook_events).await;
+                slot.finish(result);
+            } else {
+                let todo = batch[i..j].iter().zip(slots[i..j].iter_mut()).filter(|(_, s)| !s.reported);
+                join_all(todo.map(|(p, slot)| async move {
+                    let t0 = Instant::now();
+                    slot.began = Some(t0);
+                    let result = self
+                        .run_call_traced(registry, p, run_cancel, performer, at, hooked, &mut slot.hook_events)
+                        .await;
+                    slot.finish(result);
+                }))
+                .await;
+            }
+            report_ended(emitter, &batch[i..j], &mut slots[i..j], t0);
+            i = j;
+        }
+    }
+
+    /// [`Agent::run_call`] inside the call's `execute_tool` span (a child of the run's).
+    #[allow(clippy::too_many_arguments)]
+    async fn run_call_traced(
+        &self,
+        registry: &Registry,
+        p: &PlannedCall<'_>,
+        run_cancel: &CancellationToken,
+        performer: Option<&dyn Performer>,
+        at: BatchAt<'_>,
+        hooked: Option<&Hooked<'_>>,
+        hook_events: &mut Vec<EventKind>,
+    ) -> CallResult {
+        if !spans::on() {
+            return self.run_call(registry, p, run_cancel, performer, at, hooked, hook_events).await;
+        }
+        // Boxed: the untraced call's future does not grow by the span's state.
+        Box::pin(self.run_call_in_span(registry, p, run_cancel, performer, at, hooked, hook_events)).await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn run_call_in_span(
+        &self,
+        registry: &Registry,
+        p: &PlannedCall<'_>,
+        run_cancel: &CancellationToken,
+        performer: Option<&dyn Performer>,
+        at: BatchAt<'_>,
+        hooked: Option<&Hooked<'_>>,
+        hook_events: &mut Vec<EventKind>,
+    ) -> CallResult {
+        let span = spans::tool_span(p.call, at.span_content);
+        let unfinished = spans::Unfinished::new(&span);
+        let call = self.run_call(registry, p, run_cancel, performer, at, hooked, hook_events);
+        let result = call.instrument(span.clone()).await;
+        unfinished.finished();
+        let error_type = match (p.plan, registry.get(&p.call.name)) {
+            (Plan::Reject { .. }, _) => "rejected",
+            (Plan::Ask { .. }, _) => "undecided",
+            (Plan::Run, None) => "unknown_tool",
+            (Plan::Run, Some(_)) => "tool_error",
+        };
+        spans::tool_result(&span, result.is_error, &result.content, error_type, at.span_content);
+        result
+    }
+
+    /// One call of a batch: refused ones answer at once; a call that runs is performed (by the performer,
+    /// if any) together with its `post_tool` hooks, so what a durable performer records is the result after
+    /// them (a redacted secret is never journaled).
+    #[allow(clippy::too_many_arguments)]
+    async fn run_call(
+        &self,
+        registry: &Registry,
+        p: &PlannedCall<'_>,
+        run_cancel: &CancellationToken,
+        performer: Option<&dyn Performer>,
+        at: BatchAt<'_>,
+        hooked: Option<&Hooked<'_>>,
+        hook_events: &mut Vec<EventKind>,
+    ) -> CallResult {
+        let tool = match (&p.plan, registry.get(&p.call.name)) {
+            (Plan::Reject { message }, _) => return CallResult::text(message.clone(), true),
+            (Plan::Ask { .. }, _) => {
+                return CallResult::text("not run: the call needed a decision", true);
+            }
+            (Plan::Run, None) => {
+                return CallResult::text(format!("unknown tool {:?}", p.call.name), true);
+            }
+            (Plan::Run, Some(tool)) => tool,
+        };
+        let step = || ToolStep { step: at.step, call: p.call, key_prefix: at.key_prefix };
+        match (performer, hooked) {
+            (None, None) => self.perform_call(tool, p, run_cancel, at).await,
+            (Some(performer), None) => {
+                performer.tool_call(step(), Box::pin(self.perform_call(tool, p, run_cancel, at))).await
+            }
+            (performer, Some(ctx)) => {
+                let work = async move {
+                    let result = self.perform_call(tool, p, run_cancel, at).await;
+                    self.post_tool(ctx, p, result, run_cancel, hook_events).await
+                };
+                match performer {
+                    None => work.await,
+                    Some(performer) => performer.tool_call(step(), Box::pin(work)).await,
+                }
+            }
+        }
+    }
+
+    /// One tool call done in process: under its timeout, its panic caught, its output made a result.
+    async fn perform_call(
+        &self,
+        tool: &Arc<dyn crate::tool::Tool>,
+        p: &PlannedCall<'_>,
+        run_cancel: &CancellationToken,
+        at: BatchAt<'_>,
+    ) -> CallResult {
+        // A call of its own to cancel exists only where the call can time out; otherwise the call hears the
+        // run's token (cancellation and deadline), which spares a token per call on the hot path.
+        let call_cancel = self.limits.tool_timeout.map(|_| run_cancel.child_token());
+        let cancel = call_cancel.clone().unwrap_or_else(|| run_cancel.clone());
+        let ctx = ToolContext::in_run(String::from(&*p.call.id), cancel, Arc::clone(at.key_prefix), at.step);
+        let fut = AssertUnwindSafe(tool.call(p.call.arguments.clone(), ctx)).catch_unwind();
+        let result = match self.limits.tool_timeout {
+            Some(t) => tokio::time::timeout(t, fut).await.ok(),
+            None => Some(fut.await),
+        };
+        if let Some(c) = call_cancel {
+            c.cancel();
+        }
+        match result {
+            None => CallResult::text(
+                format!(
+                    "tool {:?} timed out after {}",
+                    p.call.name,
+                    self.limits.tool_timeout.map_or_else(String::new, |d| humantime::format_duration(d).to_string())
+                ),
+                true,
+            ),
+            Some(Err(panic)) => {
+                CallResult::text(format!("tool {:?} panicked: {}", p.call.name, panic_message(&panic)), true)
+            }
+            Some(Ok(Ok(out))) => {
+                let (content, images) = out.into_parts();
+                CallResult { content, is_error: false, images, wait: None }
+            }
+            Some(Ok(Err(ToolError::Cancelled))) => CallResult::text(ToolError::Cancelled.to_string(), true),
+            // A sub-agent that stopped for a decision: its waiting run goes with the result (a durable performer
+            // journals it, so a replay holds the batch the same way).
+            Some(Ok(Err(e))) if tool.sub_agent() => {
+                let mut r = CallResult::text(e.to_string(), true);
+                r.wait = crate::subagent::take_wait(&p.call.id).map(Box::new);
+                r
+            }
+            Some(Ok(Err(e))) => CallResult::text(e.to_string(), true),
+        }
+    }
+}
+
+/// The `tool_end` events (and the `post_tool` hooks' events) of the calls of a run that ended.
+fn report_ended(emitter: &mut Emitter, batch: &[PlannedCall<'_>], slots: &mut [Slot], t0: Instant) {
+    for (p, slot) in batch.iter().zip(slots.iter_mut()).filter(|(_, s)| !s.reported) {
+        if let Some(r) = &slot.result {
+            let when = || (slot.elapsed(), slot.began, slot.ended.unwrap_or(t0));
+            emitter.tool_end(p.call, r.is_error, when, || r.content.clone());
+            for e in slot.hook_events.drain(..) {
+                emitter.emit(e);
+            }
+            slot.reported = true;
+        }
+    }
+}

@@ -1,0 +1,472 @@
+//! One run being driven: [`Run`] holds what the run needs between its steps (its deadline and
+//! cancellation, the tools on offer, its log, its events' emitter, its spans and rules). It starts the run
+//! ([`Run::start`]), performs the state machine's actions one by one ([`Run::drive`]: each [`Action`] is a
+//! method of its own, in `model_step`, `approve` and `batch`) and ends it ([`Run::finish`]).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Instant;
+
+use tokio::time::Sleep;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tracing::Span;
+
+use super::Agent;
+use super::hooks::Hooked;
+use crate::engine::perform::{Performer, idempotency_prefix};
+use crate::engine::state::{Action, RunState};
+use crate::events::{Emitter, EventKind, Observer, ObserverErrorHook, ms};
+use crate::hook::{Hook, HookContext};
+use crate::journal::{JournalError, JournalObserver, RunJournal};
+use crate::limits::Limits;
+use crate::model::ModelIdentity;
+use crate::outcome::{Outcome, Status};
+use crate::output::OutputSchema;
+use crate::policy::{Policy, Strictest};
+use crate::registry::Registry;
+use crate::spans;
+use crate::subagent::{Left, Link, Rules};
+
+/// What a run is driven with besides its state: the output schema its answer must match, the performer of
+/// its calls (a durable run's), its span and model (for the spans of its calls), and for a sub-agent's run
+/// the link to the run that started it.
+pub(super) struct RunArgs<'a> {
+    pub(super) output: Option<&'a OutputSchema>,
+    pub(super) performer: Option<&'a dyn Performer>,
+    pub(super) span: &'a Span,
+    pub(super) info: &'a ModelIdentity,
+    pub(super) link: Option<Link>,
+}
+
+/// Why a run stopped from outside.
+pub(super) enum Interrupt {
+    Cancelled,
+    Deadline,
+}
+
+impl Interrupt {
+    pub(super) fn status(&self) -> Status {
+        match self {
+            Interrupt::Cancelled => Status::Aborted,
+            Interrupt::Deadline => Status::Timeout,
+        }
+    }
+    pub(super) fn reason(&self, limits: &Limits) -> String {
+        match self {
+            Interrupt::Cancelled => "the run was cancelled".to_owned(),
+            Interrupt::Deadline => format!(
+                "the run's deadline passed ({})",
+                limits.timeout.map_or_else(String::new, |d| humantime::format_duration(d).to_string())
+            ),
+        }
+    }
+}
+
+/// The two waits every model call, hook and batch races: the caller's cancellation and the run's deadline.
+/// Each is one future for the whole run, polled again at every step (a fired one stays ready), instead of a
+/// new waiter registered for each call.
+pub(super) struct Waits<'a> {
+    pub(super) cancelled: Pin<&'a mut WaitForCancellationFutureOwned>,
+    /// The deadline's timer, made when it is first waited on (none without a deadline).
+    pub(super) sleep: Pin<&'a mut Option<Sleep>>,
+    pub(super) deadline: Option<tokio::time::Instant>,
+}
+
+impl Waits<'_> {
+    /// Ready when the run is interrupted: the caller cancelled (looked at first), or the deadline passed.
+    pub(super) fn interruption(&mut self) -> impl Future<Output = Interrupt> + '_ {
+        std::future::poll_fn(move |cx| {
+            if self.cancelled.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Interrupt::Cancelled);
+            }
+            let Some(deadline) = self.deadline else { return Poll::Pending };
+            if self.sleep.is_none() {
+                self.sleep.set(Some(tokio::time::sleep_until(deadline)));
+            }
+            match self.sleep.as_mut().as_pin_mut().map(|s| s.poll(cx)) {
+                Some(Poll::Ready(())) => Poll::Ready(Interrupt::Deadline),
+                _ => Poll::Pending,
+            }
+        })
+    }
+}
+
+/// The rules a run's calls are under: its policy and hooks — for a sub-agent joined with every ancestor's
+/// (the strictest decision of its line wins; an ancestor's `pre_tool` and `post_tool` hooks run after its
+/// own, its `stop` hooks judge the ancestor's own answer only) — and what its own sub-agents inherit.
+pub(super) struct RunRules {
+    pub(super) policy: Option<Arc<dyn Policy>>,
+    /// The run's hooks joined with its ancestors' (`None`: the agent's own are all).
+    joined_hooks: Option<Vec<Arc<dyn Hook>>>,
+    /// What hooks are told about the run (only when there are hooks).
+    hook_ctx: Option<HookContext>,
+    /// What this run's sub-agents are under besides their own rules.
+    pub(super) sub_agents: Option<Arc<Rules>>,
+}
+
+impl RunRules {
+    fn of(agent: &Agent, link: Option<&Link>, run_id: &str, session_id: Option<&String>, sub_agents: bool) -> Self {
+        let inherited = link.map(Link::rules).filter(|r| !r.policies.is_empty() || !r.hooks.is_empty());
+        let (policy, joined_hooks) = match inherited {
+            None => (agent.policy.clone(), None),
+            Some(up) => {
+                let rules = Rules::of(agent.policy.as_ref(), &agent.hooks, Some(up));
+                let policy: Option<Arc<dyn Policy>> = match rules.policies.len() {
+                    0 => None,
+                    1 => rules.policies.first().cloned(),
+                    _ => Some(Arc::new(Strictest(rules.policies))),
+                };
+                (policy, Some(rules.hooks))
+            }
+        };
+        let hooks = joined_hooks.as_deref().unwrap_or(agent.hooks.as_slice());
+        let hook_ctx =
+            (!hooks.is_empty()).then(|| HookContext { run_id: run_id.to_owned(), session_id: session_id.cloned() });
+        let sub_agents = sub_agents.then(|| Arc::new(Rules::of(agent.policy.as_ref(), &agent.hooks, inherited)));
+        RunRules { policy, joined_hooks, hook_ctx, sub_agents }
+    }
+
+    /// The hooks the run's calls meet and what they are told, when there are any.
+    pub(super) fn hooked<'r>(&'r self, agent: &'r Agent) -> Option<Hooked<'r>> {
+        Some(Hooked {
+            ctx: self.hook_ctx.as_ref()?,
+            hooks: self.joined_hooks.as_deref().unwrap_or(agent.hooks.as_slice()),
+            own: agent.hooks.len(),
+            policy: self.policy.as_deref(),
+        })
+    }
+}
+
+/// One run being driven: what today's step needs of the run, held between its steps.
+pub(super) struct Run<'a> {
+    pub(super) agent: &'a Agent,
+    pub(super) output: Option<&'a OutputSchema>,
+    pub(super) performer: Option<&'a dyn Performer>,
+    /// The run's span, and its model (for the spans of its calls).
+    span: &'a Span,
+    pub(super) info: &'a ModelIdentity,
+    link: Option<Link>,
+    started: Instant,
+    /// Whether the spans carry content: the agent's setting, or its parent run's for a sub-agent.
+    pub(super) span_content: bool,
+    pub(super) limits: Limits,
+    /// The caller's token, and the run's own (cancelled when the run is interrupted, and at its end).
+    cancel: &'a CancellationToken,
+    pub(super) run_cancel: CancellationToken,
+    pub(super) waits: Waits<'a>,
+    /// The tools on offer (with the output schema's final-answer tool).
+    pub(super) registry: Arc<Registry>,
+    pub(super) journal: Option<Arc<dyn RunJournal>>,
+    /// How many transcript items the journal holds.
+    journaled: usize,
+    pub(super) session_id: Option<String>,
+    /// What every tool call's idempotency key starts with, and the prompt-cache key (made once per run).
+    pub(super) key_prefix: Arc<str>,
+    pub(super) cache_key: Arc<str>,
+    pub(super) emitter: Emitter,
+    /// Whether events carry content: the agent's setting, or its parent run's for a sub-agent.
+    pub(super) include_content: bool,
+    pub(super) on_observer_error: Option<ObserverErrorHook>,
+    /// What this run's own sub-agents inherit (when its tools may hold some): every observer but the journal's.
+    pub(super) sub_agent_observers: Option<Vec<Arc<dyn Observer>>>,
+    pub(super) rules: RunRules,
+}
+
+/// The events' emitter of a run, and what its events carry and its sub-agents hear.
+struct Hearing {
+    emitter: Emitter,
+    include_content: bool,
+    on_observer_error: Option<ObserverErrorHook>,
+    sub_agents: Option<Vec<Arc<dyn Observer>>>,
+}
+
+impl<'a> Run<'a> {
+    /// Starts the run: its prices, its tools, its log (a child run of its parent's for a sub-agent), its
+    /// events' emitter, and the `run_start` event. A log or tool set that cannot be made ends the run
+    /// `aborted` before its first step.
+    pub(super) async fn start(
+        agent: &'a Agent,
+        state: &mut RunState,
+        cancel: &'a CancellationToken,
+        waits: Waits<'a>,
+        started: Instant,
+        args: RunArgs<'a>,
+    ) -> Run<'a> {
+        let RunArgs { output, performer, span, info, link } = args;
+        let span_content =
+            agent.trace_content.unwrap_or(agent.include_content) || link.as_ref().is_some_and(Link::trace_content);
+        state.set_prices(agent.model.price(), agent.compact_model.as_ref().map(|m| m.price()));
+        let limits = state.limits().clone();
+        let base = match &agent.tool_source {
+            Some(source) => source.registry().await,
+            None => Arc::clone(&agent.registry),
+        };
+        let mut registry_error = None;
+        let registry = Agent::step_registry(Arc::clone(&base), output).unwrap_or_else(|e| {
+            registry_error = Some(e);
+            base
+        });
+        let (journal, journal_error) = open_journal(agent, link.as_ref(), state, &registry).await;
+        let session_id = journal.as_ref().map(|j| j.session_id().to_owned());
+        // The conversation's session: the journal's, else a durable performer's. Spans name it, and it starts
+        // every tool call's idempotency key and is the prompt-cache key (the run's id without one).
+        let span_session = session_id.as_deref().or(performer.and_then(|p| p.session_id()));
+        let key_prefix: Arc<str> = Arc::from(idempotency_prefix(span_session, state.run_id()));
+        let cache_key: Arc<str> = Arc::from(span_session.unwrap_or(state.run_id()));
+        let journaled = journal.as_ref().map_or(0, |j| j.recorded());
+        let hearing = hearing(agent, link.as_ref(), state, journal.as_ref());
+        if let Some(e) = journal_error {
+            state.interrupt(Status::Aborted, e.to_string(), &agent.context);
+        }
+        if let Some(e) = registry_error {
+            state.interrupt(Status::Aborted, e, &agent.context);
+        }
+        let rules =
+            RunRules::of(agent, link.as_ref(), state.run_id(), session_id.as_ref(), hearing.sub_agents.is_some());
+        let mut run = Run {
+            agent,
+            output,
+            performer,
+            span,
+            info,
+            link,
+            started,
+            span_content,
+            limits,
+            cancel,
+            run_cancel: cancel.child_token(),
+            waits,
+            registry,
+            journal,
+            journaled,
+            session_id,
+            key_prefix,
+            cache_key,
+            emitter: hearing.emitter,
+            include_content: hearing.include_content,
+            on_observer_error: hearing.on_observer_error,
+            sub_agent_observers: hearing.sub_agents,
+            rules,
+        };
+        run.announce(state);
+        run
+    }
+
+    /// The run's span is told it started, and its observers hear `run_start`.
+    fn announce(&mut self, state: &RunState) {
+        if !self.span.is_disabled() {
+            let first = state.transcript().conversation();
+            let session = self.span_session();
+            spans::run_started(self.span, session, self.span_content, state.instructions(), first.get(0));
+        }
+        if self.emitter.active() {
+            let include_content = self.include_content;
+            let tools = self.registry.specs().iter().map(|s| s.name.clone()).collect();
+            let prompt =
+                include_content.then(|| state.transcript().to_vec().first().map(|m| m.content().to_owned())).flatten();
+            let instructions_chars = state.instructions().map_or(0, |t| t.chars().count() as u64);
+            let instructions = include_content.then(|| state.instructions().map(str::to_owned)).flatten();
+            self.emitter.emit(EventKind::RunStart {
+                tools,
+                instructions_chars,
+                instructions,
+                prompt,
+                session_id: self.session_id.clone(),
+            });
+        }
+    }
+
+    /// The run loop: the state machine says what to do next, and that is done, until the run is over.
+    pub(super) async fn drive(&mut self, state: &mut RunState) {
+        loop {
+            self.sync_journal(state);
+            let steps_so_far = state.steps();
+            // What sub-agents may spend: taken before the step (the batch borrows the state).
+            let left = self.registry.has_sub_agents().then(|| Left::of(state));
+            match state.next_action(&self.registry, &self.agent.context) {
+                Action::Finished => break,
+                Action::CallModel(request) => self.call_model(state, request).await,
+                Action::Approve(calls) => self.approve(state, calls).await,
+                Action::Compact(request, plan) => self.compact(state, request, plan).await,
+                Action::RunTools(batch) => {
+                    let ran = self.run_tools(batch, steps_so_far, left).await;
+                    self.record_tools(state, ran).await;
+                }
+            }
+        }
+    }
+
+    /// Ends the run: its log brought up to date and closed, its span ended and `run_end` sent. A log that
+    /// fails here turns the outcome `aborted` (its answer kept).
+    pub(super) async fn finish(mut self, state: RunState) -> Outcome {
+        self.sync_journal(&state);
+        // The transcript is moved into the outcome, not copied.
+        let mut outcome = state.into_outcome();
+        if let Some(j) = &self.journal {
+            if let Err(e) = j.flush().await {
+                fail_outcome(&mut outcome, e);
+            }
+        }
+        outcome.session_id = self.session_id.clone();
+        spans::run_ended(self.span, &outcome, self.span_content);
+        // The run's result: always a top-level run's; a sub-agent's (its parent's tool result) with content.
+        let result = self.link.is_none() || self.include_content;
+        self.emitter.emit(EventKind::RunEnd {
+            status: outcome.status,
+            steps: outcome.steps,
+            tool_calls: outcome.tool_calls,
+            usage: outcome.usage,
+            cost_usd: outcome.cost_usd,
+            duration_ms: ms(self.started.elapsed()),
+            compactions: outcome.compactions,
+            error: outcome.error.clone(),
+            session_id: self.session_id.take(),
+            output_valid: self.output.map(|_| outcome.output.is_some()),
+            answer: result.then(|| outcome.answer.clone()).flatten(),
+            output: result.then(|| outcome.output.clone()).flatten(),
+        });
+        if let Some(j) = &self.journal {
+            if let Err(e) = j.finish(&outcome).await {
+                fail_outcome(&mut outcome, e);
+            }
+        }
+        self.run_cancel.cancel();
+        outcome
+    }
+
+    /// The session the run's spans name: the journal's, else a durable performer's.
+    pub(super) fn span_session(&self) -> Option<&str> {
+        self.session_id.as_deref().or(self.performer.and_then(|p| p.session_id()))
+    }
+
+    /// Whether the run was interrupted by now (the caller cancelled, or the deadline passed).
+    pub(super) fn interrupted(&self) -> Option<Interrupt> {
+        if self.cancel.is_cancelled() {
+            Some(Interrupt::Cancelled)
+        } else if self.waits.deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+            Some(Interrupt::Deadline)
+        } else {
+            None
+        }
+    }
+
+    /// Whether the caller cancelled the run.
+    pub(super) fn cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Ends the run interrupted: its calls are cancelled and the state records why.
+    pub(super) fn stop(&mut self, state: &mut RunState, i: Interrupt) {
+        self.run_cancel.cancel();
+        let reason = i.reason(state.limits());
+        if i.status() == Status::Timeout {
+            self.emitter.emit(EventKind::LimitHit { status: Status::Timeout, detail: reason.clone() });
+        }
+        state.interrupt(i.status(), reason, &self.agent.context);
+    }
+
+    /// Ends the run `aborted` because its log failed.
+    pub(super) fn log_failed(&mut self, state: &mut RunState, e: &JournalError) {
+        self.run_cancel.cancel();
+        state.interrupt(Status::Aborted, e.to_string(), &self.agent.context);
+    }
+
+    /// Before a model call: the run goes on unless it was interrupted or its log could not be made durable
+    /// (then it ended, and this is false).
+    pub(super) async fn may_go_on(&mut self, state: &mut RunState) -> bool {
+        if let Some(i) = self.interrupted() {
+            self.stop(state, i);
+            return false;
+        }
+        self.flushed(state).await
+    }
+
+    /// The log made durable: false (the run ended `aborted`) when it failed.
+    pub(super) async fn flushed(&mut self, state: &mut RunState) -> bool {
+        let Some(j) = &self.journal else { return true };
+        match j.flush().await {
+            Ok(()) => true,
+            Err(e) => {
+                self.log_failed(state, &e);
+                false
+            }
+        }
+    }
+
+    /// Hands the transcript items appended since the last call to the journal.
+    fn sync_journal(&mut self, state: &RunState) {
+        let Some(journal) = &self.journal else { return };
+        let transcript = state.transcript();
+        if self.journaled >= transcript.len() {
+            return;
+        }
+        let conversation = transcript.conversation();
+        for index in self.journaled..transcript.len() {
+            if let Some(m) = conversation.get(index) {
+                journal.message(index, m);
+            }
+        }
+        self.journaled = transcript.len();
+    }
+}
+
+/// The run's log: a sub-agent's run is a child run in its parent's log (or, when the parent keeps none, in
+/// its own); a log that cannot be started is the error that ends the run.
+async fn open_journal(
+    agent: &Agent,
+    link: Option<&Link>,
+    state: &RunState,
+    registry: &Registry,
+) -> (Option<Arc<dyn RunJournal>>, Option<JournalError>) {
+    let started = match (link.and_then(Link::journal), &agent.journal) {
+        (Some(parent), _) => {
+            let name = link.map_or("", |l| &*l.name);
+            let parent_run = link.map_or("", |l| &**l.parent_run_id());
+            parent.child(name, parent_run, state, registry.specs()).await.transpose()
+        }
+        (None, Some(j)) => Some(j.start(state, registry.specs()).await),
+        (None, None) => None,
+    };
+    match started {
+        None => (None, None),
+        Some(Ok(rj)) => (Some(rj), None),
+        Some(Err(e)) => (None, Some(e)),
+    }
+}
+
+/// Who hears the run: the agent's observers, a sub-agent's parent's (tagged, with the observer counting
+/// its spending), and the journal's.
+fn hearing(agent: &Agent, link: Option<&Link>, state: &RunState, journal: Option<&Arc<dyn RunJournal>>) -> Hearing {
+    let mut observers = agent.observers.clone();
+    let (mut on_observer_error, mut include_content) = (agent.on_observer_error.clone(), agent.include_content);
+    if let Some(link) = link {
+        observers.extend(link.observers().iter().cloned());
+        observers.push(link.spend_observer(state.run_id()));
+        on_observer_error = on_observer_error.or_else(|| link.on_observer_error().cloned());
+        include_content |= link.include_content();
+    }
+    // What this run's own sub-agents inherit: every observer but the journal's.
+    let sub_agents = agent.registry_may_hold_sub_agents().then(|| observers.clone());
+    if let Some(j) = journal {
+        observers.push(Arc::new(JournalObserver(j.clone())));
+    }
+    let mut emitter = Emitter::new(Arc::from(state.run_id()), observers, on_observer_error.clone(), include_content);
+    if let Some(link) = link {
+        emitter.tag(Arc::clone(&link.name), Arc::clone(link.parent_run_id()));
+    }
+    Hearing { emitter, include_content, on_observer_error, sub_agents }
+}
+
+/// A run whose log failed at its end: it is reported `aborted` with the log's error (its answer kept).
+fn fail_outcome(outcome: &mut Outcome, e: JournalError) {
+    if outcome.status == Status::Aborted && outcome.error.as_deref().is_some_and(|m| m.starts_with("session log:")) {
+        return;
+    }
+    outcome.error = Some(match outcome.error.take() {
+        Some(prev) => format!("{e} (the run had ended {}: {prev})", outcome.status),
+        None => format!("{e} (the run had ended {})", outcome.status),
+    });
+    outcome.status = Status::Aborted;
+}

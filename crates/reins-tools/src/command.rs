@@ -601,57 +601,15 @@ impl CommandRunner {
         let tmp = TempDir::create()
             .map_err(|e| CommandError::Spawn { name: name.to_owned(), message: format!("temporary directory: {e}") })?;
 
-        let mut prepared = match self.config.sandbox {
-            SandboxMode::Off => None,
-            mode => Some(sandbox::prepare_scanned(
-                &SandboxRequest { workspace: self.ws.clone(), writable: vec![tmp.0.clone()], network: preset.network },
-                mode,
-                sandbox::probe(),
-                before,
-            )?),
-        };
+        let prepared = self.prepare_sandbox(preset, &tmp, before)?;
         let summary = prepared.as_ref().map(PreparedSandbox::summary).unwrap_or_else(|| "off".to_owned());
 
-        let mut cmd = tokio::process::Command::new(&compiled.program);
-        cmd.args(&preset.args)
-            .args(args)
-            .env_clear()
-            .envs(self.environment(preset))
-            .env("TMPDIR", &tmp.0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
-        if let Some(key) = idempotency_key {
-            cmd.env(IDEMPOTENCY_KEY_ENV, key);
-        }
+        let mut cmd = self.command(compiled, args, &tmp, idempotency_key);
         // First: the group's watcher, which ends the group when Reins ends (even by `kill -9`), is forked before
         // the closures below run.
         crate::lifeline::supervise(&mut cmd)
             .map_err(|e| CommandError::Spawn { name: name.to_owned(), message: format!("lifeline: {e}") })?;
-        let raw_cwd = cwd_fd.as_raw_fd();
-        let mut sandbox_state = prepared.take();
-        // SAFETY: the closure runs in the forked child before exec. It only makes async-signal-safe system calls
-        // (fchdir, setrlimit, and in the sandbox unshare/open/write/mount/prctl/landlock/seccomp) on data that was
-        // fully prepared, allocated and validated in the parent; it allocates nothing and takes no lock.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::fchdir(raw_cwd) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                for &(resource, value) in &limits {
-                    let lim = libc::rlimit { rlim_cur: value, rlim_max: value };
-                    if libc::setrlimit(resource, &lim) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                if let Some(sb) = sandbox_state.as_mut() {
-                    sb.enter()?;
-                }
-                Ok(())
-            });
-        }
+        enter_in_child(&mut cmd, cwd_fd.as_raw_fd(), limits, prepared);
 
         let started = Instant::now();
         let mut child =
@@ -669,37 +627,9 @@ impl CommandRunner {
         if let Some(s) = child.stderr.take() {
             readers.spawn(pump(s, err_buf.clone()));
         }
-
-        enum End {
-            Exit(std::io::Result<std::process::ExitStatus>),
-            TimedOut,
-            Cancelled,
-        }
-        let end = tokio::select! {
-            s = child.wait() => End::Exit(s),
-            _ = tokio::time::sleep(timeout) => End::TimedOut,
-            _ = cancel.cancelled() => End::Cancelled,
-        };
-        // Kill the whole group: on timeout and cancellation, and any stragglers after a normal exit.
-        guard.kill();
-        let termination = match end {
-            End::Exit(Ok(status)) => match (status.code(), status.signal()) {
-                (Some(code), _) => Termination::Exited { code },
-                (None, Some(signal)) => Termination::Signaled { signal },
-                (None, None) => Termination::Exited { code: -1 },
-            },
-            End::Exit(Err(e)) => {
-                return Err(CommandError::Spawn { name: name.to_owned(), message: format!("wait failed: {e}") });
-            }
-            End::TimedOut => {
-                let _ = child.wait().await;
-                Termination::TimedOut
-            }
-            End::Cancelled => {
-                let _ = child.wait().await;
-                Termination::Cancelled
-            }
-        };
+        let termination = wait_for_end(&mut child, &mut guard, timeout, cancel)
+            .await
+            .map_err(|e| CommandError::Spawn { name: name.to_owned(), message: format!("wait failed: {e}") })?;
         let drain = tokio::time::timeout(self.config.drain, async { while readers.join_next().await.is_some() {} });
         if drain.await.is_err() {
             readers.abort_all();
@@ -724,6 +654,52 @@ impl CommandRunner {
             protected_created,
             protected_check_complete: before.complete && after.complete,
         })
+    }
+
+    /// The sandbox a preset's command enters (`None` with the sandbox off), writable at its temporary directory.
+    fn prepare_sandbox(
+        &self,
+        preset: &Preset,
+        tmp: &TempDir,
+        before: &ProtectedScan,
+    ) -> Result<Option<PreparedSandbox>, CommandError> {
+        Ok(match self.config.sandbox {
+            SandboxMode::Off => None,
+            mode => Some(sandbox::prepare_scanned(
+                &SandboxRequest { workspace: self.ws.clone(), writable: vec![tmp.0.clone()], network: preset.network },
+                mode,
+                sandbox::probe(),
+                before,
+            )?),
+        })
+    }
+
+    /// The command of a preset with the model's `args`: its own environment (cleared, then the allowed and set
+    /// variables, `TMPDIR` and the idempotency key), no standard input, its output piped, in a process group of
+    /// its own and killed when dropped.
+    fn command(
+        &self,
+        compiled: &Compiled,
+        args: &[String],
+        tmp: &TempDir,
+        idempotency_key: Option<&str>,
+    ) -> tokio::process::Command {
+        let preset = &compiled.preset;
+        let mut cmd = tokio::process::Command::new(&compiled.program);
+        cmd.args(&preset.args)
+            .args(args)
+            .env_clear()
+            .envs(self.environment(preset))
+            .env("TMPDIR", &tmp.0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        if let Some(key) = idempotency_key {
+            cmd.env(IDEMPOTENCY_KEY_ENV, key);
+        }
+        cmd
     }
 
     fn check_args(&self, compiled: &Compiled, args: &[String]) -> Result<(), CommandError> {
@@ -813,6 +789,72 @@ fn spawn_message(e: &std::io::Error) -> String {
         Some(code) => std::io::Error::from_raw_os_error(code).to_string(),
         None => e.kind().to_string(),
     }
+}
+/// Sets what the child does between fork and exec: enter the working directory (`cwd`), set the resource
+/// limits, enter the sandbox.
+fn enter_in_child(
+    cmd: &mut tokio::process::Command,
+    raw_cwd: std::os::fd::RawFd,
+    limits: Vec<(libc::__rlimit_resource_t, u64)>,
+    mut sandbox_state: Option<PreparedSandbox>,
+) {
+    // SAFETY: the closure runs in the forked child before exec. It only makes async-signal-safe system calls
+    // (fchdir, setrlimit, and in the sandbox unshare/open/write/mount/prctl/landlock/seccomp) on data that was
+    // fully prepared, allocated and validated in the parent; it allocates nothing and takes no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::fchdir(raw_cwd) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            for &(resource, value) in &limits {
+                let lim = libc::rlimit { rlim_cur: value, rlim_max: value };
+                if libc::setrlimit(resource, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if let Some(sb) = sandbox_state.as_mut() {
+                sb.enter()?;
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Waits for the command's end, its timeout or a cancellation, then kills its whole group (on timeout and
+/// cancellation, and any stragglers after a normal exit) and says how it ended. An error: the wait failed.
+async fn wait_for_end(
+    child: &mut tokio::process::Child,
+    guard: &mut GroupGuard,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> std::io::Result<Termination> {
+    enum End {
+        Exit(std::io::Result<std::process::ExitStatus>),
+        TimedOut,
+        Cancelled,
+    }
+    let end = tokio::select! {
+        s = child.wait() => End::Exit(s),
+        _ = tokio::time::sleep(timeout) => End::TimedOut,
+        _ = cancel.cancelled() => End::Cancelled,
+    };
+    guard.kill();
+    Ok(match end {
+        End::Exit(Ok(status)) => match (status.code(), status.signal()) {
+            (Some(code), _) => Termination::Exited { code },
+            (None, Some(signal)) => Termination::Signaled { signal },
+            (None, None) => Termination::Exited { code: -1 },
+        },
+        End::Exit(Err(e)) => return Err(e),
+        End::TimedOut => {
+            let _ = child.wait().await;
+            Termination::TimedOut
+        }
+        End::Cancelled => {
+            let _ = child.wait().await;
+            Termination::Cancelled
+        }
+    })
 }
 
 async fn pump<R: tokio::io::AsyncRead + Unpin>(mut r: R, buf: Arc<Mutex<CappedBuffer>>) {

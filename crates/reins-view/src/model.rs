@@ -304,147 +304,173 @@ impl RunBuilder {
                 self.view.start_ms.get_or_insert(t);
             }
             "model_start" => self.model_start = Some((uint(e, "step"), t)),
-            "model_end" | "model_error" => {
-                let step = uint(e, "step");
-                let dur = num(e, "duration_ms").unwrap_or(0.0);
-                let start = match self.model_start.take() {
-                    Some((s, t0)) if s == step => t0,
-                    _ => t - dur,
-                };
-                self.step = self.step.max(step);
-                self.bar("model", step, format!("step {step}"), None, start, dur);
-                if let Some((bar, _)) = self.raw.last_mut() {
-                    if ty == "model_error" {
-                        bar.error = true;
-                        bar.detail = text(e, "error").unwrap_or_default();
-                    } else {
-                        let calls = uint(e, "tool_calls");
-                        bar.detail = match e.get("usage").filter(|u| !u.is_null()) {
-                            Some(u) => format!(
-                                "{} in ({} cached) / {} out tokens · {calls} tool call(s)",
-                                uint(u, "input_tokens"),
-                                uint(u, "cached_input_tokens"),
-                                uint(u, "output_tokens")
-                            ),
-                            None => format!("no usage reported · {calls} tool call(s)"),
-                        };
-                    }
-                }
-            }
-            "tool_start" => {
-                let id = text(e, "call_id").unwrap_or_default();
-                let name = text(e, "name").unwrap_or_default();
-                // A call's lane: the first not held by a call started and not yet ended, in the order of the
-                // events (the driver reports a concurrent group's starts together, then their ends), so
-                // calls that ran at once sit side by side whatever the timestamps' precision.
-                let lane = match self.lanes_busy.iter().position(|busy| !busy) {
-                    Some(l) => {
-                        self.lanes_busy[l] = true;
-                        l
-                    }
-                    None => {
-                        self.lanes_busy.push(true);
-                        self.lanes_busy.len() - 1
-                    }
-                };
-                let lane = u32::try_from(lane + 1).unwrap_or(u32::MAX);
-                if let Some((_, _, _, old)) = self.tool_starts.insert(id, (name, self.step, t, lane)) {
-                    self.free(old);
-                }
-            }
-            "tool_end" => {
-                let id = text(e, "call_id").unwrap_or_default();
-                let dur = num(e, "duration_ms").unwrap_or(0.0);
-                let (name, step, start, lane) = match self.tool_starts.remove(&id) {
-                    Some(s) => s,
-                    None => (text(e, "name").unwrap_or_default(), self.step, t - dur, 1),
-                };
-                self.free(lane);
-                self.bar("tool", step, name, Some(id), start, dur);
-                if let Some((bar, _)) = self.raw.last_mut() {
-                    bar.error = e.get("is_error").and_then(Value::as_bool).unwrap_or(false);
-                    bar.lane = lane;
-                }
-            }
+            "model_end" | "model_error" => self.model_end(e, t, ty),
+            "tool_start" => self.tool_start(e, t),
+            "tool_end" => self.tool_end(e, t),
             "compaction_start" => self.compaction_start = Some((uint(e, "step"), t)),
-            "compaction_end" => {
-                let step = uint(e, "step");
-                let dur = num(e, "duration_ms").unwrap_or(0.0);
-                let start = match self.compaction_start.take() {
-                    Some((_, t0)) => t0,
-                    None => t - dur,
-                };
-                self.bar("compaction", step, "compaction".into(), None, start, dur);
-                let fallback = text(e, "fallback");
-                let label = format!(
-                    "compaction: {} items, {} → {}{}",
-                    uint(e, "items"),
-                    uint(e, "chars_before"),
-                    uint(e, "chars_after"),
-                    fallback.as_deref().map(|f| format!(" (fell back: {f})")).unwrap_or_default()
-                );
-                if let Some((bar, _)) = self.raw.last_mut() {
-                    bar.error = fallback.is_some();
-                    bar.detail = label.clone();
-                }
-                self.mark("compaction", t, label);
-            }
-            "limit_hit" => {
-                let label =
-                    format!("{}: {}", text(e, "status").unwrap_or_default(), text(e, "detail").unwrap_or_default());
-                self.mark("limit", t, label);
-            }
-            "run_end" => {
-                self.ended = true;
-                self.view.status = text(e, "status").unwrap_or_default();
-                self.view.error = text(e, "error");
-                self.view.steps = uint(e, "steps");
-                self.view.tool_calls = uint(e, "tool_calls");
-                let label = self.view.status.clone();
-                self.mark("end", t, label);
-            }
+            "compaction_end" => self.compaction_end(e, t),
+            "limit_hit" => self.limit_hit(e, t),
+            "run_end" => self.run_end(e, t),
             // A batch waits for decisions, and each decision: marks (approvals, `reins approve`).
-            "approval_requested" => {
-                let calls = e.get("calls").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-                let what = calls
-                    .iter()
-                    .map(|c| {
-                        format!(
-                            "{} ({}): {}",
-                            text(c, "name").unwrap_or_default(),
-                            text(c, "call_id").unwrap_or_default(),
-                            text(c, "reason").unwrap_or_default()
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                self.mark("approval", t, format!("approval requested: {what}"));
-            }
-            "approval_decided" => {
-                let label = format!(
-                    "{}: {} ({}){}",
-                    text(e, "decision").unwrap_or_default(),
-                    text(e, "name").unwrap_or_default(),
-                    text(e, "call_id").unwrap_or_default(),
-                    text(e, "reason").map(|r| format!(" — {r}")).unwrap_or_default()
-                );
-                self.mark("approval", t, label);
-            }
+            "approval_requested" => self.approval_requested(e, t),
+            "approval_decided" => self.approval_decided(e, t),
             // A hook that denied, refused or failed (fail closed) is worth a line too.
-            "hook" => {
-                let decision = text(e, "decision").unwrap_or_default();
-                let error = text(e, "error");
-                if error.is_some() || matches!(decision.as_str(), "deny" | "refuse") {
-                    let label = format!(
-                        "hook {} {}: {decision}{}",
-                        text(e, "hook_event").unwrap_or_default(),
-                        text(e, "hook").unwrap_or_default(),
-                        error.or_else(|| text(e, "reason")).map(|r| format!(" — {r}")).unwrap_or_default()
-                    );
-                    self.mark("limit", t, label);
-                }
-            }
+            "hook" => self.hook(e, t),
             _ => {}
+        }
+    }
+
+    /// A model call's bar (ended or failed), with its usage or error.
+    fn model_end(&mut self, e: &Value, t: f64, ty: &str) {
+        let step = uint(e, "step");
+        let dur = num(e, "duration_ms").unwrap_or(0.0);
+        let start = match self.model_start.take() {
+            Some((s, t0)) if s == step => t0,
+            _ => t - dur,
+        };
+        self.step = self.step.max(step);
+        self.bar("model", step, format!("step {step}"), None, start, dur);
+        if let Some((bar, _)) = self.raw.last_mut() {
+            if ty == "model_error" {
+                bar.error = true;
+                bar.detail = text(e, "error").unwrap_or_default();
+            } else {
+                let calls = uint(e, "tool_calls");
+                bar.detail = match e.get("usage").filter(|u| !u.is_null()) {
+                    Some(u) => format!(
+                        "{} in ({} cached) / {} out tokens · {calls} tool call(s)",
+                        uint(u, "input_tokens"),
+                        uint(u, "cached_input_tokens"),
+                        uint(u, "output_tokens")
+                    ),
+                    None => format!("no usage reported · {calls} tool call(s)"),
+                };
+            }
+        }
+    }
+
+    /// A tool call starts: its lane.
+    fn tool_start(&mut self, e: &Value, t: f64) {
+        let id = text(e, "call_id").unwrap_or_default();
+        let name = text(e, "name").unwrap_or_default();
+        // A call's lane: the first not held by a call started and not yet ended, in the order of the
+        // events (the driver reports a concurrent group's starts together, then their ends), so
+        // calls that ran at once sit side by side whatever the timestamps' precision.
+        let lane = match self.lanes_busy.iter().position(|busy| !busy) {
+            Some(l) => {
+                self.lanes_busy[l] = true;
+                l
+            }
+            None => {
+                self.lanes_busy.push(true);
+                self.lanes_busy.len() - 1
+            }
+        };
+        let lane = u32::try_from(lane + 1).unwrap_or(u32::MAX);
+        if let Some((_, _, _, old)) = self.tool_starts.insert(id, (name, self.step, t, lane)) {
+            self.free(old);
+        }
+    }
+
+    /// A tool call's bar, in its lane.
+    fn tool_end(&mut self, e: &Value, t: f64) {
+        let id = text(e, "call_id").unwrap_or_default();
+        let dur = num(e, "duration_ms").unwrap_or(0.0);
+        let (name, step, start, lane) = match self.tool_starts.remove(&id) {
+            Some(s) => s,
+            None => (text(e, "name").unwrap_or_default(), self.step, t - dur, 1),
+        };
+        self.free(lane);
+        self.bar("tool", step, name, Some(id), start, dur);
+        if let Some((bar, _)) = self.raw.last_mut() {
+            bar.error = e.get("is_error").and_then(Value::as_bool).unwrap_or(false);
+            bar.lane = lane;
+        }
+    }
+
+    /// A compaction's bar and its mark.
+    fn compaction_end(&mut self, e: &Value, t: f64) {
+        let step = uint(e, "step");
+        let dur = num(e, "duration_ms").unwrap_or(0.0);
+        let start = match self.compaction_start.take() {
+            Some((_, t0)) => t0,
+            None => t - dur,
+        };
+        self.bar("compaction", step, "compaction".into(), None, start, dur);
+        let fallback = text(e, "fallback");
+        let label = format!(
+            "compaction: {} items, {} → {}{}",
+            uint(e, "items"),
+            uint(e, "chars_before"),
+            uint(e, "chars_after"),
+            fallback.as_deref().map(|f| format!(" (fell back: {f})")).unwrap_or_default()
+        );
+        if let Some((bar, _)) = self.raw.last_mut() {
+            bar.error = fallback.is_some();
+            bar.detail = label.clone();
+        }
+        self.mark("compaction", t, label);
+    }
+
+    /// A limit hit: a mark.
+    fn limit_hit(&mut self, e: &Value, t: f64) {
+        let label = format!("{}: {}", text(e, "status").unwrap_or_default(), text(e, "detail").unwrap_or_default());
+        self.mark("limit", t, label);
+    }
+
+    /// The run's end: its status and totals, and a mark.
+    fn run_end(&mut self, e: &Value, t: f64) {
+        self.ended = true;
+        self.view.status = text(e, "status").unwrap_or_default();
+        self.view.error = text(e, "error");
+        self.view.steps = uint(e, "steps");
+        self.view.tool_calls = uint(e, "tool_calls");
+        let label = self.view.status.clone();
+        self.mark("end", t, label);
+    }
+
+    /// A batch waits for decisions: a mark.
+    fn approval_requested(&mut self, e: &Value, t: f64) {
+        let calls = e.get("calls").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        let what = calls
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} ({}): {}",
+                    text(c, "name").unwrap_or_default(),
+                    text(c, "call_id").unwrap_or_default(),
+                    text(c, "reason").unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        self.mark("approval", t, format!("approval requested: {what}"));
+    }
+
+    /// A decision: a mark.
+    fn approval_decided(&mut self, e: &Value, t: f64) {
+        let label = format!(
+            "{}: {} ({}){}",
+            text(e, "decision").unwrap_or_default(),
+            text(e, "name").unwrap_or_default(),
+            text(e, "call_id").unwrap_or_default(),
+            text(e, "reason").map(|r| format!(" — {r}")).unwrap_or_default()
+        );
+        self.mark("approval", t, label);
+    }
+
+    /// A hook that denied, refused or failed (fail closed): a mark.
+    fn hook(&mut self, e: &Value, t: f64) {
+        let decision = text(e, "decision").unwrap_or_default();
+        let error = text(e, "error");
+        if error.is_some() || matches!(decision.as_str(), "deny" | "refuse") {
+            let label = format!(
+                "hook {} {}: {decision}{}",
+                text(e, "hook_event").unwrap_or_default(),
+                text(e, "hook").unwrap_or_default(),
+                error.or_else(|| text(e, "reason")).map(|r| format!(" — {r}")).unwrap_or_default()
+            );
+            self.mark("limit", t, label);
         }
     }
 

@@ -284,6 +284,57 @@ fn to_json(v: &toml::Value, key: &str) -> Result<serde_json::Value, DefErr> {
     serde_json::to_value(v).map_err(|e| (key.to_owned(), e.to_string()))
 }
 
+/// A `json_schema` check: its schema, inline or from `schema_file`, compiled.
+fn json_schema(def: &CheckDef, base: &Path) -> Result<Kind, DefErr> {
+    let schema = match (&def.schema, &def.schema_file) {
+        (Some(t), None) => to_json(&toml::Value::Table(t.clone()), "schema")?,
+        (None, Some(f)) => {
+            let p = base.join(f);
+            let text = reins_agent::read_bounded(&p, crate::suite::MAX_SUITE_BYTES)
+                .map_err(|e| ("schema_file".to_owned(), format!("cannot read {}: {e}", p.display())))?;
+            serde_json::from_str(&text).map_err(|e| ("schema_file".to_owned(), format!("{}: {e}", p.display())))?
+        }
+        _ => return Err(("schema".into(), "give schema or schema_file (one of them)".into())),
+    };
+    let v = jsonschema::validator_for(&schema).map_err(|e| ("schema".to_owned(), e.to_string()))?;
+    Ok(Kind::JsonSchema(Arc::new(v)))
+}
+
+/// A `verifier` check: its command, files, timeout and threshold.
+fn verifier(def: &CheckDef, base: &Path) -> Result<Kind, DefErr> {
+    let command = need(&def.command, "command", "verifier")?;
+    if command.is_empty() {
+        return Err(("command".into(), "the command is empty".into()));
+    }
+    let files = def.files.as_ref().map(|f| base.join(f));
+    if let Some(f) = &files {
+        if !f.is_dir() {
+            return Err(("files".into(), format!("{} is not a directory", f.display())));
+        }
+    }
+    let timeout = match &def.timeout {
+        Some(t) => reins_agent::parse_duration(t).map_err(|e| ("timeout".to_owned(), e))?,
+        None => Duration::from_secs(600),
+    };
+    let threshold = def.threshold.unwrap_or(1.0);
+    Ok(Kind::Verifier(Verifier { command, files, timeout, threshold, harbor: false }))
+}
+
+/// A `judge` check: its model (a script path relative to `base`), rubric and threshold.
+fn judge(def: &CheckDef, base: &Path) -> Result<Kind, DefErr> {
+    let model = need(&def.model, "model", "judge")?;
+    let model = match model.strip_prefix("script:") {
+        Some(f) if !Path::new(f).is_absolute() => format!("script:{}", base.join(f).display()),
+        _ => model,
+    };
+    reins_agent::AgentDef::new(&model).map_err(|e| ("model".to_owned(), e.message))?;
+    Ok(Kind::Judge(Judge {
+        model,
+        rubric: need(&def.rubric, "rubric", "judge")?,
+        threshold: def.threshold.unwrap_or(1.0),
+    }))
+}
+
 fn count(v: &Option<toml::Value>, kind: &str) -> Result<u64, DefErr> {
     match v {
         Some(toml::Value::Integer(n)) if *n >= 0 => Ok(*n as u64),
@@ -319,21 +370,7 @@ impl Check {
                 let p = need(&def.pattern, "pattern", k)?;
                 Kind::Regex(regex::Regex::new(&p).map_err(|e| ("pattern".to_owned(), e.to_string()))?)
             }
-            "json_schema" => {
-                let schema = match (&def.schema, &def.schema_file) {
-                    (Some(t), None) => to_json(&toml::Value::Table(t.clone()), "schema")?,
-                    (None, Some(f)) => {
-                        let p = base.join(f);
-                        let text = reins_agent::read_bounded(&p, crate::suite::MAX_SUITE_BYTES)
-                            .map_err(|e| ("schema_file".to_owned(), format!("cannot read {}: {e}", p.display())))?;
-                        serde_json::from_str(&text)
-                            .map_err(|e| ("schema_file".to_owned(), format!("{}: {e}", p.display())))?
-                    }
-                    _ => return Err(("schema".into(), "give schema or schema_file (one of them)".into())),
-                };
-                let v = jsonschema::validator_for(&schema).map_err(|e| ("schema".to_owned(), e.to_string()))?;
-                Kind::JsonSchema(Arc::new(v))
-            }
+            "json_schema" => json_schema(def, base)?,
             "json_pointer" => {
                 let pointer = need(&def.pointer, "pointer", k)?;
                 if !(pointer.is_empty() || pointer.starts_with('/')) {
@@ -364,37 +401,8 @@ impl Check {
                 toml::Value::String(s) => Kind::Status(s),
                 _ => return Err(("value".into(), "expected a status such as \"completed\"".into())),
             },
-            "verifier" => {
-                let command = need(&def.command, "command", k)?;
-                if command.is_empty() {
-                    return Err(("command".into(), "the command is empty".into()));
-                }
-                let files = def.files.as_ref().map(|f| base.join(f));
-                if let Some(f) = &files {
-                    if !f.is_dir() {
-                        return Err(("files".into(), format!("{} is not a directory", f.display())));
-                    }
-                }
-                let timeout = match &def.timeout {
-                    Some(t) => reins_agent::parse_duration(t).map_err(|e| ("timeout".to_owned(), e))?,
-                    None => Duration::from_secs(600),
-                };
-                let threshold = def.threshold.unwrap_or(1.0);
-                Kind::Verifier(Verifier { command, files, timeout, threshold, harbor: false })
-            }
-            "judge" => {
-                let model = need(&def.model, "model", k)?;
-                let model = match model.strip_prefix("script:") {
-                    Some(f) if !Path::new(f).is_absolute() => format!("script:{}", base.join(f).display()),
-                    _ => model,
-                };
-                reins_agent::AgentDef::new(&model).map_err(|e| ("model".to_owned(), e.message))?;
-                Kind::Judge(Judge {
-                    model,
-                    rubric: need(&def.rubric, "rubric", k)?,
-                    threshold: def.threshold.unwrap_or(1.0),
-                })
-            }
+            "verifier" => verifier(def, base)?,
+            "judge" => judge(def, base)?,
             other => return Err(("kind".into(), format!("unknown check kind {other:?}"))),
         };
         Ok(Check { name: def.kind.clone(), kind, weight })
@@ -448,22 +456,7 @@ impl Check {
                 },
                 Err(why) => r(false, why),
             },
-            Kind::ToolCalled { tool, arguments } => {
-                let calls: Vec<&Call> = seen.calls.iter().filter(|c| &c.name == tool).collect();
-                match arguments {
-                    None if calls.is_empty() => r(false, format!("{tool} was not called")),
-                    None => r(true, format!("{tool} was called {} time(s)", calls.len())),
-                    Some(want) => {
-                        if calls.iter().any(|c| subset(want, &c.arguments)) {
-                            r(true, format!("{tool} was called with {want}"))
-                        } else if calls.is_empty() {
-                            r(false, format!("{tool} was not called"))
-                        } else {
-                            r(false, format!("{tool} was called {} time(s), never with {want}", calls.len()))
-                        }
-                    }
-                }
-            }
+            Kind::ToolCalled { tool, arguments } => self.tool_called(seen, tool, arguments.as_ref()),
             Kind::ToolNotCalled(tool) => {
                 let n = seen.calls.iter().filter(|c| &c.name == tool).count();
                 r(
@@ -471,21 +464,7 @@ impl Check {
                     if n == 0 { format!("{tool} was not called") } else { format!("{tool} was called {n} time(s)") },
                 )
             }
-            Kind::ToolOrder(tools) => {
-                let mut next = tools.iter().peekable();
-                for c in &seen.calls {
-                    if next.peek().is_some_and(|t| **t == c.name) {
-                        next.next();
-                    }
-                }
-                match next.next() {
-                    None => r(true, format!("called in order: {}", tools.join(", "))),
-                    Some(t) => r(
-                        false,
-                        format!("not called in order: {} (missing {t} after the ones before)", tools.join(", ")),
-                    ),
-                }
-            }
+            Kind::ToolOrder(tools) => self.tool_order(seen, tools),
             Kind::MaxSteps(max) => bound(self, seen.steps, *max, "steps"),
             Kind::MaxToolCalls(max) => bound(self, seen.tool_calls, *max, "tool calls"),
             Kind::MaxCostUsd(max) => match seen.cost_usd {
@@ -508,6 +487,41 @@ impl Check {
             ),
             Kind::Verifier(_) => r(false, "the verifier was not run".into()),
             Kind::Judge(_) => r(false, "the judge was not asked".into()),
+        }
+    }
+    /// A `tool_called` check: `tool` called (with arguments holding `arguments`, when given).
+    fn tool_called(&self, seen: &Observed, tool: &str, arguments: Option<&serde_json::Value>) -> CheckResult {
+        let r = |passed: bool, reason: String| CheckResult::of(self, passed, reason);
+        let calls: Vec<&Call> = seen.calls.iter().filter(|c| &c.name == tool).collect();
+        match arguments {
+            None if calls.is_empty() => r(false, format!("{tool} was not called")),
+            None => r(true, format!("{tool} was called {} time(s)", calls.len())),
+            Some(want) => {
+                if calls.iter().any(|c| subset(want, &c.arguments)) {
+                    r(true, format!("{tool} was called with {want}"))
+                } else if calls.is_empty() {
+                    r(false, format!("{tool} was not called"))
+                } else {
+                    r(false, format!("{tool} was called {} time(s), never with {want}", calls.len()))
+                }
+            }
+        }
+    }
+
+    /// A `tool_order` check: `tools` called in this order (others may come between).
+    fn tool_order(&self, seen: &Observed, tools: &[String]) -> CheckResult {
+        let r = |passed: bool, reason: String| CheckResult::of(self, passed, reason);
+        let mut next = tools.iter().peekable();
+        for c in &seen.calls {
+            if next.peek().is_some_and(|t| **t == c.name) {
+                next.next();
+            }
+        }
+        match next.next() {
+            None => r(true, format!("called in order: {}", tools.join(", "))),
+            Some(t) => {
+                r(false, format!("not called in order: {} (missing {t} after the ones before)", tools.join(", ")))
+            }
         }
     }
 }

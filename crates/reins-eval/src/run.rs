@@ -192,14 +192,7 @@ impl Eval {
             spent += cost_of(a);
             tokens += tokens_of(a);
         }
-        let mut plan = VecDeque::new();
-        for epoch in 1..=options.epochs {
-            for (ci, case) in self.suite.cases.iter().enumerate() {
-                for agent in 0..self.meta.agents.len() {
-                    plan.push_back((agent, ci, epoch, case.id.clone()));
-                }
-            }
-        }
+        let mut plan = self.plan();
         let total = plan.len();
         let skipped = plan.iter().filter(|(a, _, e, id)| tries.get(&(*a, id.clone(), *e)).is_some_and(|t| t.1)).count();
         let mut done = skipped;
@@ -217,18 +210,9 @@ impl Eval {
                     stopped = Some("cancelled".to_owned());
                     break;
                 }
-                if let Some(max) = options.max_cost_usd {
-                    if spent >= max && (!plan.is_empty() || !retries.is_empty()) {
-                        stopped =
-                            Some(format!("the suite budget of ${max} is spent (${spent:.4}): no new attempt started"));
-                        break;
-                    }
-                }
-                if let Some(max) = options.max_tokens {
-                    if tokens >= max && (!plan.is_empty() || !retries.is_empty()) {
-                        stopped = Some(format!(
-                            "the suite budget of {max} tokens is spent ({tokens}): no new attempt started"
-                        ));
+                if !plan.is_empty() || !retries.is_empty() {
+                    if let Some(why) = budget_spent(options, spent, tokens) {
+                        stopped = Some(why);
                         break;
                     }
                 }
@@ -276,6 +260,34 @@ impl Eval {
         }
         Ok(RunEnd { ran, skipped, stopped })
     }
+
+    /// Every attempt of the eval, in order: each epoch, each case, each agent (agent, case index, epoch, case id).
+    fn plan(&self) -> VecDeque<(usize, usize, u32, String)> {
+        let mut plan = VecDeque::new();
+        for epoch in 1..=self.meta.options.epochs {
+            for (ci, case) in self.suite.cases.iter().enumerate() {
+                for agent in 0..self.meta.agents.len() {
+                    plan.push_back((agent, ci, epoch, case.id.clone()));
+                }
+            }
+        }
+        plan
+    }
+}
+
+/// Why no new attempt may start: the suite's cost or token budget is spent.
+fn budget_spent(options: &Options, spent: f64, tokens: u64) -> Option<String> {
+    if let Some(max) = options.max_cost_usd {
+        if spent >= max {
+            return Some(format!("the suite budget of ${max} is spent (${spent:.4}): no new attempt started"));
+        }
+    }
+    if let Some(max) = options.max_tokens {
+        if tokens >= max {
+            return Some(format!("the suite budget of {max} tokens is spent ({tokens}): no new attempt started"));
+        }
+    }
+    None
 }
 
 fn cost_of(a: &Attempt) -> f64 {

@@ -44,7 +44,7 @@ use crate::events::{Event, EventKind, Observer, ObserverError, ObserverErrorHook
 use crate::hook::Hook;
 use crate::journal::RunJournal;
 use crate::limits::Limits;
-use crate::outcome::{AgentTotals, Status};
+use crate::outcome::{AgentTotals, Outcome, Status};
 use crate::policy::Policy;
 use crate::registry::{Registry, is_valid_tool_name};
 use crate::tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
@@ -576,10 +576,9 @@ impl Tool for AgentTool {
         };
         let scope = SCOPE.try_with(Arc::clone).ok();
         let resume = scope.as_ref().and_then(|s| s.resumes.iter().find(|w| w.call_id == ctx.call_id)).cloned();
-        let own = self.agent.limits();
         let (limits, _running) = match &scope {
             Some(scope) => {
-                let carved = scope.carve(own, &ctx.call_id);
+                let carved = scope.carve(self.agent.limits(), &ctx.call_id);
                 // Waiting for a share hears the call's cancellation (the parent's, its deadline, the tool timeout).
                 let carved = tokio::select! {
                     biased;
@@ -590,28 +589,9 @@ impl Tool for AgentTool {
                     .map_err(|why| ToolError::failed(format!("sub-agent {:?} was not started: {why}", &*self.name)))?;
                 (limits, Some(running))
             }
-            None => (own.clone(), None),
+            None => (self.agent.limits().clone(), None),
         };
-        let context = self.agent.context();
-        let run_id = uuid::Uuid::new_v4().to_string();
-        let mut spent = AgentTotals::default();
-        let state = match resume {
-            // A run that waited for decisions, decided since: it continues with its batch, under what its own
-            // limits have left after its runs so far.
-            Some(wait) => {
-                let failed =
-                    |e: String| ToolError::failed(format!("sub-agent {:?} could not be continued: {e}", &*self.name));
-                spent = wait.spent;
-                let limits = less(&limits, own, &spent).map_err(failed)?;
-                let mut state = RunState::resume_pending(run_id, wait.messages, wait.pending, limits, context)
-                    .map_err(|e| failed(e.to_string()))?;
-                state.count_earlier_steps(spent.steps);
-                state
-            }
-            None => RunState::new(run_id, task, limits, context)
-                .map_err(|e| ToolError::failed(format!("sub-agent {:?} was not started: {e}", &*self.name)))?,
-        }
-        .with_instructions(self.agent.instructions_shared(), context);
+        let (state, spent) = self.state(task, resume, limits)?;
         let outcome = match &scope {
             Some(parent) => {
                 let link = Link { name: Arc::clone(&self.name), parent: Arc::clone(parent) };
@@ -619,10 +599,54 @@ impl Tool for AgentTool {
             }
             None => self.agent.drive(state, ctx.cancel.clone()).await,
         };
+        self.answer(outcome, scope, &ctx, spent)
+    }
+}
+
+impl AgentTool {
+    /// The sub-agent's run for `task` under `limits`, and what its earlier runs for the same call spent: a new
+    /// run, or a run that waited for decisions, decided since, continued with its batch under what its own
+    /// limits have left after its runs so far.
+    fn state(
+        &self,
+        task: &str,
+        resume: Option<AgentWait>,
+        limits: Limits,
+    ) -> Result<(RunState, AgentTotals), ToolError> {
+        let context = self.agent.context();
+        let run_id = uuid::Uuid::new_v4().to_string();
+        let (state, spent) = match resume {
+            Some(wait) => {
+                let failed =
+                    |e: String| ToolError::failed(format!("sub-agent {:?} could not be continued: {e}", &*self.name));
+                let spent = wait.spent;
+                let limits = less(&limits, self.agent.limits(), &spent).map_err(failed)?;
+                let mut state = RunState::resume_pending(run_id, wait.messages, wait.pending, limits, context)
+                    .map_err(|e| failed(e.to_string()))?;
+                state.count_earlier_steps(spent.steps);
+                (state, spent)
+            }
+            None => {
+                let state = RunState::new(run_id, task, limits, context)
+                    .map_err(|e| ToolError::failed(format!("sub-agent {:?} was not started: {e}", &*self.name)))?;
+                (state, AgentTotals::default())
+            }
+        };
+        Ok((state.with_instructions(self.agent.instructions_shared(), context), spent))
+    }
+
+    /// The call's result from the sub-agent's outcome: its answer, or why it has none. A question its own
+    /// approver did not answer goes to the parent's: the parent's batch waits for it (one level: a waiting
+    /// run of its own sub-agents is not carried further up).
+    fn answer(
+        &self,
+        outcome: Outcome,
+        scope: Option<Arc<RunScope>>,
+        ctx: &ToolContext,
+        mut spent: AgentTotals,
+    ) -> Result<ToolOutput, ToolError> {
         match outcome.status {
             Status::Completed => Ok(ToolOutput::Text(outcome.answer.unwrap_or_default())),
-            // A question its own approver did not answer goes to the parent's: the parent's batch waits for it
-            // (one level: a waiting run of its own sub-agents is not carried further up).
             Status::AwaitingApproval
                 if !ctx.cancel.is_cancelled() && outcome.pending.iter().all(|p| p.sub_agent.is_none()) =>
             {

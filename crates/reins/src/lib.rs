@@ -63,6 +63,8 @@
 //! ```
 
 #![warn(missing_docs)]
+// No function of the library over 80 lines (crates/reins/clippy.toml; tests may allow it).
+#![warn(clippy::too_many_lines)]
 
 pub mod approval;
 pub mod context;

@@ -2,6 +2,7 @@
 # reins-mcp tests talk to, into the CI cache, and exports where they are. Idempotent: a second run installs nothing.
 #   REINS_MCP_NODE_MODULES  node_modules holding @modelcontextprotocol/server-filesystem and server-everything
 #   REINS_MCP_PYTHON        a Python interpreter with the PyPI `mcp` package
+#   REINS_MCP_INSPECTOR     the official MCP Inspector's command (its CLI mode drives `reins mcp serve`)
 _reins_mcp_setup() {
     local cache="${REINS_CI_CACHE:-$HOME/.cache/reins-ci}/mcp"
     local npm_dir="$cache/npm"
@@ -23,6 +24,15 @@ _reins_mcp_setup() {
         "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "mcp==$mcp_py_version" >&2 || return 1
         touch "$pystamp"
     fi
+    local inspector_version="2.12.0" inspector_dir="$cache/inspector"
+    if [ ! -f "$inspector_dir/.installed-$inspector_version" ]; then
+        echo "setup-mcp: installing the MCP Inspector with npm into $inspector_dir" >&2
+        mkdir -p "$inspector_dir" || return 1
+        (cd "$inspector_dir" && npm install --no-audit --no-fund --loglevel=error --prefix "$inspector_dir" \
+            "@modelcontextprotocol/inspector@$inspector_version" >&2) || return 1
+        touch "$inspector_dir/.installed-$inspector_version"
+    fi
+    export REINS_MCP_INSPECTOR="$inspector_dir/node_modules/.bin/mcp-inspector"
     export REINS_MCP_NODE_MODULES="$npm_dir/node_modules"
     export REINS_MCP_PYTHON="$venv/bin/python"
 }

@@ -47,6 +47,7 @@ mod heartbeat;
 mod history;
 mod instructions_cli;
 mod mcp_cli;
+mod mcp_serve;
 mod media_cli;
 mod models_cli;
 mod output;

@@ -42,6 +42,10 @@ enum McpCommand {
     /// Starts each configured MCP server and shows whether it started and its tools. Exits 0 when every
     /// server started, 1 when one did not, 2 on bad flags or config, 7 when a signal stopped it.
     List(McpListArgs),
+    /// Serves agents as MCP tools (each --agent FILE one tool taking {"task": ...}): over stdio, or with
+    /// --listen over streamable HTTP on loopback behind a bearer token. Every call is a run recorded as a
+    /// session; an approval it needs is asked of the client as an elicitation (declined: the call is denied).
+    Serve(crate::mcp_serve::McpServeArgs),
 }
 
 /// Flags of `reins mcp list`.
@@ -75,6 +79,7 @@ struct ServerReport {
 pub async fn mcp(args: McpArgs) -> Result<u8, CliError> {
     match args.command {
         McpCommand::List(list) => mcp_list(list).await,
+        McpCommand::Serve(serve) => crate::mcp_serve::serve(serve).await,
     }
 }
 

@@ -120,17 +120,24 @@ pub fn view(args: ViewArgs) -> Result<u8, CliError> {
     Ok(0)
 }
 
-/// `reins ui`: serves until Ctrl-C / SIGTERM / SIGHUP, then exits 0.
-pub async fn ui(args: UiArgs) -> Result<u8, CliError> {
-    let addr: std::net::SocketAddr = args.listen.parse().map_err(|_| {
-        usage(format!("--listen {:?}: expected a loopback IP:PORT such as 127.0.0.1:8080 or [::1]:8080", args.listen))
+/// The address of `--listen` (of the command `what`): a loopback IP:PORT, anything else refused (what the
+/// servers of `reins ui` and `reins mcp serve` show holds prompts, files and command output).
+pub fn loopback(listen: &str, what: &str) -> Result<std::net::SocketAddr, CliError> {
+    let addr: std::net::SocketAddr = listen.parse().map_err(|_| {
+        usage(format!("--listen {listen:?}: expected a loopback IP:PORT such as 127.0.0.1:8080 or [::1]:8080"))
     })?;
     if !addr.ip().is_loopback() {
         return Err(usage(format!(
-            "--listen {addr}: not a loopback address; reins ui serves 127.0.0.1 or ::1 only (sessions hold prompts, \
+            "--listen {addr}: not a loopback address; {what} serves 127.0.0.1 or ::1 only (sessions hold prompts, \
              files and command output)"
         )));
     }
+    Ok(addr)
+}
+
+/// `reins ui`: serves until Ctrl-C / SIGTERM / SIGHUP, then exits 0.
+pub async fn ui(args: UiArgs) -> Result<u8, CliError> {
+    let addr = loopback(&args.listen, "reins ui")?;
     let cancel = CancellationToken::new();
     crate::signals::cancel_on_signals(cancel.clone(), "reins ui")?;
     let store = open_store(args.store.store.as_deref())?;

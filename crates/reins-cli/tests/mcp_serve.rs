@@ -1,0 +1,373 @@
+//! `reins mcp serve`: Reins agents as MCP tools, driven by real clients — the official MCP Inspector CLI (over
+//! stdio and streamable HTTP), a line-by-line JSON-RPC client of the test (progress, elicitation, cancellation),
+//! and another `reins run` that lists the served Reins as an MCP server.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
+
+use serde_json::{Value, json};
+
+mod common;
+use common::{Dir, reins};
+
+/// The MCP Inspector CLI (`$REINS_MCP_INSPECTOR`, else the CI cache's, installed by `.ci/setup-mcp.sh`).
+fn inspector() -> PathBuf {
+    let cache = std::env::var_os("REINS_CI_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/reins-ci"));
+    let path = std::env::var_os("REINS_MCP_INSPECTOR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache.join("mcp/inspector/node_modules/.bin/mcp-inspector"));
+    if !path.is_file() {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let _ = Command::new("bash").arg("-c").arg("source .ci/setup-mcp.sh >&2").current_dir(root).status();
+    }
+    assert!(path.is_file(), "the MCP Inspector is not installed ({}): run `source .ci/setup-mcp.sh`", path.display());
+    path
+}
+
+/// Runs the Inspector CLI against `target` (a command line or a URL) with `rest`; its HOME is `dir`.
+fn inspect(dir: &Dir, target: &[&str], rest: &[&str]) -> (Option<i32>, Value, String) {
+    let out = Command::new(inspector())
+        .env("HOME", dir.0.join("inspector-home"))
+        .env("REINS_STORE", dir.store())
+        .env("XDG_CONFIG_HOME", dir.0.join("no-config"))
+        .args(["--cli", "--format", "json", "-q"])
+        .args(target)
+        .args(rest)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code(), serde_json::from_str(stdout.trim()).unwrap_or(Value::Null), format!("{stdout}\n{stderr}"))
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn show(dir: &Dir, id: &str) -> Value {
+    let out = reins().args(["sessions", "show", id, "--json", "--store"]).arg(dir.store()).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// An agent file `NAME.toml` whose scripted model makes `turns`, with `extra` TOML lines.
+fn agent(dir: &Dir, name: &str, turns: &Value, extra: &str) -> PathBuf {
+    dir.file(&format!("{name}.json"), &turns.to_string());
+    dir.file(&format!("{name}.toml"), &format!("model = \"script:{name}.json\"\ntest_tools = true\n{extra}\n"))
+}
+
+fn echo_then(answer: Value) -> Value {
+    json!([{"tool_calls": [{"id": "e1", "name": "echo", "arguments": {"text": "hi"}}]}, answer])
+}
+
+/// `helper` (an output schema) and `plain` (a text answer).
+fn two_agents(dir: &Dir) -> (PathBuf, PathBuf) {
+    let answer = json!({"tool_calls": [{"id": "f", "name": "final_answer", "arguments": {"answer": "42"}}]});
+    let helper = agent(
+        dir,
+        "helper",
+        &echo_then(answer),
+        "description = \"Answers questions with a number.\"\n\
+         output_schema = { type = \"object\", properties = { answer = { type = \"string\" } }, required = [\"answer\"] }",
+    );
+    let plain = agent(dir, "plain", &echo_then(json!({"content": "plain answer"})), "");
+    (helper, plain)
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn the_inspector_lists_and_calls_served_agents_over_stdio_and_each_run_is_a_session() {
+    let dir = Dir::new("mcp-serve-stdio");
+    let (helper, plain) = two_agents(&dir);
+    let bin = env!("CARGO_BIN_EXE_reins");
+    let store = dir.store();
+    // The Inspector gives a server only a few variables of its environment: the store is a flag.
+    let target = [bin, "mcp", "serve", "--agent", path(&helper), "--agent", path(&plain), "--store", path(&store)];
+    let (code, listed, out) = inspect(&dir, &target, &["--method", "tools/list"]);
+    assert_eq!(code, Some(0), "{out}");
+    let tools = listed["result"]["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["helper", "plain"]);
+    assert_eq!(tools[0]["description"], "Answers questions with a number.");
+    assert_eq!(tools[0]["inputSchema"]["required"], json!(["task"]));
+    assert_eq!(tools[0]["outputSchema"]["required"], json!(["answer"]));
+    assert!(tools[1].get("outputSchema").is_none(), "{listed}");
+
+    let call = ["--method", "tools/call", "--tool-name", "helper", "--tool-args-json", r#"{"task":"what is it?"}"#];
+    let (code, called, out) = inspect(&dir, &target, &call);
+    assert_eq!(code, Some(0), "{out}");
+    let result = &called["result"];
+    assert_eq!(result["isError"], false, "{called}");
+    assert_eq!(result["structuredContent"], json!({"answer": "42"}));
+    let id = result["_meta"]["reins/session_id"].as_str().unwrap();
+    let session = show(&dir, id);
+    assert_eq!(session["session"]["status"], "completed", "{session}");
+
+    let call = ["--method", "tools/call", "--tool-name", "plain", "--tool-args-json", r#"{"task":"say it"}"#];
+    let (code, called, out) = inspect(&dir, &target, &call);
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(called["result"]["content"][0]["text"], "plain answer", "{called}");
+}
+
+/// `reins mcp serve --listen`: the server, its URL and its token (read from its stdout).
+fn serve_http(dir: &Dir, agents: &[&Path]) -> (Child, String, String) {
+    let mut cmd = reins();
+    cmd.args(["mcp", "serve", "--listen", "127.0.0.1:0", "--store"]).arg(dir.store());
+    for a in agents {
+        cmd.arg("--agent").arg(a);
+    }
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = lines.next().unwrap().unwrap();
+    let auth = lines.next().unwrap().unwrap();
+    let token = auth.strip_prefix("Authorization: Bearer ").unwrap().to_owned();
+    (child, url, token)
+}
+
+#[test]
+fn over_http_the_inspector_needs_the_bearer_token_printed_at_start() {
+    let dir = Dir::new("mcp-serve-http");
+    let (_, plain) = two_agents(&dir);
+    let (mut server, url, token) = serve_http(&dir, &[&plain]);
+    assert!(url.starts_with("http://127.0.0.1:") && url.ends_with("/mcp"), "{url}");
+    let call = ["--method", "tools/call", "--tool-name", "plain", "--tool-args-json", r#"{"task":"go"}"#];
+    let header = format!("Authorization: Bearer {token}");
+    let (code, called, out) = inspect(&dir, &[&url], &[&["--header", &header][..], &call[..]].concat());
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(called["result"]["content"][0]["text"], "plain answer", "{called}");
+
+    let (code, _, out) = inspect(&dir, &[&url], &call);
+    assert_ne!(code, Some(0), "no token: {out}");
+    let wrong = format!("Authorization: Bearer {}", "0".repeat(token.len()));
+    let (code, _, out) = inspect(&dir, &[&url], &[&["--header", &wrong][..], &call[..]].concat());
+    assert_ne!(code, Some(0), "a wrong token: {out}");
+
+    // SIGTERM stops it, exit 0.
+    let pid = i32::try_from(server.id()).unwrap();
+    assert_eq!(Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap().code(), Some(0));
+    assert_eq!(server.wait().unwrap().code(), Some(0));
+
+    let out = reins().args(["mcp", "serve", "--agent", path(&plain), "--listen", "0.0.0.0:0"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("not a loopback address"), "{}", stderr(&out));
+}
+
+/// A JSON-RPC client of the test over the server's stdio, a message a line.
+struct Client {
+    child: Child,
+    input: ChildStdin,
+    output: std::io::Lines<BufReader<ChildStdout>>,
+}
+
+impl Client {
+    fn start(dir: &Dir, agent: &Path, capabilities: Value) -> Client {
+        let mut child = reins()
+            .args(["mcp", "serve", "--agent", path(agent), "--store"])
+            .arg(dir.store())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let input = child.stdin.take().unwrap();
+        let output = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut c = Client { child, input, output };
+        let init = json!({"protocolVersion": "2025-11-25", "capabilities": capabilities,
+                          "clientInfo": {"name": "test", "version": "1"}});
+        c.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}));
+        let answer = c.next();
+        assert_eq!(answer["id"], 1, "{answer}");
+        c.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        c
+    }
+
+    fn send(&mut self, v: &Value) {
+        writeln!(self.input, "{v}").unwrap();
+        self.input.flush().unwrap();
+    }
+
+    fn next(&mut self) -> Value {
+        let line = self.output.next().expect("the server closed its output").unwrap();
+        serde_json::from_str(&line).unwrap()
+    }
+
+    /// Calls the tool `name` with `task` (progress token "p").
+    fn call(&mut self, name: &str, task: &str) {
+        let params = json!({"name": name, "arguments": {"task": task}, "_meta": {"progressToken": "p"}});
+        self.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}));
+    }
+
+    /// The messages up to the first that `stop` accepts (included).
+    fn until(&mut self, stop: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let mut seen = Vec::new();
+        loop {
+            let m = self.next();
+            let done = stop(&m);
+            seen.push(m);
+            if done {
+                return seen;
+            }
+        }
+    }
+
+    fn finish(mut self) {
+        drop(self.input);
+        assert_eq!(self.child.wait().unwrap().code(), Some(0));
+    }
+}
+
+fn is_elicitation(m: &Value) -> bool {
+    m["method"] == "elicitation/create"
+}
+
+fn is_result(m: &Value) -> bool {
+    m["id"] == 2 && m.get("method").is_none()
+}
+
+/// An agent whose every call waits for an approval; its model calls `echo`, then answers.
+fn asking_agent(dir: &Dir) -> PathBuf {
+    agent(dir, "asker", &echo_then(json!({"content": "done"})), "approve = \"all\"")
+}
+
+/// The session the tool result names.
+fn session_of(dir: &Dir, result: &Value) -> Value {
+    show(dir, result["result"]["_meta"]["reins/session_id"].as_str().unwrap())
+}
+
+#[test]
+fn an_approval_becomes_an_elicitation_and_accepting_it_runs_the_call_with_progress_sent() {
+    let dir = Dir::new("mcp-serve-elicit-yes");
+    let asker = asking_agent(&dir);
+    let mut c = Client::start(&dir, &asker, json!({"elicitation": {}}));
+    c.call("asker", "do it");
+    let before = c.until(is_elicitation);
+    let progress: Vec<&Value> = before.iter().filter(|m| m["method"] == "notifications/progress").collect();
+    assert!(!progress.is_empty(), "progress before the question: {before:?}");
+    assert_eq!(progress[0]["params"]["progressToken"], "p");
+    let ask = before.last().unwrap();
+    let message = ask["params"]["message"].as_str().unwrap();
+    assert!(message.contains("echo") && message.contains("asker"), "{message}");
+    assert_eq!(ask["params"]["requestedSchema"]["required"], json!(["approve"]));
+    c.send(&json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"action": "accept", "content": {"approve": true}}}));
+    let after = c.until(is_result);
+    let result = after.last().unwrap();
+    assert_eq!(result["result"]["content"][0]["text"], "done", "{result}");
+    let session = session_of(&dir, result);
+    assert_eq!(session["session"]["status"], "completed");
+    assert_eq!(decisions(&session), [json!("approve")], "{session}");
+    c.finish();
+}
+
+#[test]
+fn a_declined_elicitation_or_a_client_that_cannot_elicit_denies_the_call() {
+    let dir = Dir::new("mcp-serve-elicit-no");
+    let asker = asking_agent(&dir);
+    let mut c = Client::start(&dir, &asker, json!({"elicitation": {}}));
+    c.call("asker", "do it");
+    let ask = c.until(is_elicitation).pop().unwrap();
+    c.send(&json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"action": "decline"}}));
+    let result = c.until(is_result).pop().unwrap();
+    let session = session_of(&dir, &result);
+    assert_eq!(decisions(&session), [json!("deny")], "{session}");
+    c.finish();
+
+    // No elicitation capability: never asked, denied.
+    let mut c = Client::start(&dir, &asker, json!({}));
+    c.call("asker", "do it");
+    let seen = c.until(is_result);
+    assert!(!seen.iter().any(is_elicitation), "{seen:?}");
+    let session = session_of(&dir, seen.last().unwrap());
+    assert_eq!(decisions(&session), [json!("deny")], "{session}");
+    c.finish();
+}
+
+fn decisions(session: &Value) -> Vec<Value> {
+    session["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "event" && e["data"]["type"] == "approval_decided")
+        .map(|e| e["data"]["decision"].clone())
+        .collect()
+}
+
+#[test]
+fn a_cancelled_call_cancels_the_run_and_the_session_says_aborted() {
+    let dir = Dir::new("mcp-serve-cancel");
+    let asker = asking_agent(&dir);
+    let mut c = Client::start(&dir, &asker, json!({"elicitation": {}}));
+    c.call("asker", "do it");
+    // The run waits on the question: the client cancels the call instead of answering.
+    c.until(is_elicitation);
+    c.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2, "reason": "t"}}));
+    // The run ends and is recorded while the server goes on serving: wait for its session to leave `running`.
+    let rows = loop {
+        let out = reins().args(["sessions", "list", "--json", "--store"]).arg(dir.store()).output().unwrap();
+        let rows: Vec<Value> =
+            String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        if rows.iter().any(|r| r["status"] != "running") {
+            break rows;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["status"], "aborted", "{rows:?}");
+    // The server still answers.
+    c.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}));
+    c.until(|m| m["id"] == 3);
+    c.finish();
+}
+
+#[test]
+fn reins_run_calls_a_served_reins_as_an_mcp_tool_whose_budget_holds() {
+    let dir = Dir::new("mcp-serve-nested");
+    let (_, plain) = two_agents(&dir);
+    // The inner agent's budget is one step; its script needs two: its run ends step_limit.
+    let tight = agent(&dir, "tight", &echo_then(json!({"content": "never"})), "[limits]\nmax_steps = 1");
+    let bin = env!("CARGO_BIN_EXE_reins");
+    let store = dir.store();
+    let outer_turns = json!([
+        {"tool_calls": [
+            {"id": "a", "name": "inner__plain", "arguments": {"task": "answer"}},
+            {"id": "b", "name": "inner__tight", "arguments": {"task": "try"}}
+        ]},
+        {"content": "outer done"}
+    ]);
+    let mcp = format!(
+        "[mcp.inner]\ncommand = {bin:?}\nargs = [\"mcp\", \"serve\", \"--agent\", {:?}, \"--agent\", {:?}, \"--store\", {:?}]\n\
+         env = {{ XDG_CONFIG_HOME = {:?} }}",
+        path(&plain),
+        path(&tight),
+        path(&store),
+        path(&dir.0.join("no-config")),
+    );
+    let outer = agent(&dir, "outer", &outer_turns, &mcp);
+    let outcome = dir.0.join("outcome.json");
+    let out = reins()
+        .args(["run", "--agent", path(&outer), "--store", path(&store), "--output", path(&outcome), "go"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let o: Value = serde_json::from_str(&std::fs::read_to_string(&outcome).unwrap()).unwrap();
+    let result = |id: &str| {
+        o["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool" && m["call_id"] == id).unwrap().clone()
+    };
+    assert_eq!(result("a")["content"], "plain answer", "{o}");
+    assert_eq!(result("a")["is_error"], false);
+    assert_eq!(result("b")["is_error"], true, "{o}");
+    assert!(result("b")["content"].as_str().unwrap().contains("step_limit"), "{o}");
+    // Three sessions: the outer run's and the two inner runs'.
+    let out = reins().args(["sessions", "list", "--json", "--store", path(&store)]).output().unwrap();
+    let mut statuses: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["status"].as_str().unwrap().to_owned())
+        .collect();
+    statuses.sort();
+    assert_eq!(statuses, ["completed", "completed", "step_limit"]);
+}

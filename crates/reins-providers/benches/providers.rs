@@ -13,6 +13,9 @@
 //! - `turn-raw-http` (µs): the same request and response with a bare reqwest client that only reads the
 //!   bytes.
 //! - `turn-overhead` (µs): the difference, that is what the harness adds to a streamed turn.
+//! - `event-cost-{chat,responses,anthropic,gemini}` (ns/event): one stream of 20,000 text deltas in each
+//!   adapter's own event shape (Gemini's chunks each a whole `GenerateContentResponse` with its usage, as the
+//!   API sends them) through `Provider` from a local HTTP server, the whole turn's time divided by the events.
 //!
 //! Set `REINS_BENCH_QUICK=1` for a fast smoke run (fewer repetitions).
 
@@ -57,6 +60,67 @@ fn chat_stream(n: usize) -> String {
     s.push_str("data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":200,\"total_tokens\":210}}\n\n");
     s.push_str("data: [DONE]\n\n");
     s
+}
+
+/// A stream of `n` one-word text deltas in `api`'s own event shape, complete with its ending events.
+fn adapter_stream(api: Api, n: usize) -> String {
+    let mut s = String::new();
+    match api {
+        Api::OpenAiChat => return chat_stream(n),
+        Api::OpenAiResponses => {
+            for i in 0..n {
+                s.push_str(&format!("event: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"sequence_number\":{i},\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"word{i} \",\"logprobs\":[]}}\n\n"));
+            }
+            s.push_str("event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"status\":\"completed\",\"model\":\"m\",\"output\":[{\"type\":\"message\",\"id\":\"msg_1\",\"role\":\"assistant\",\"status\":\"completed\",\"content\":[{\"type\":\"output_text\",\"text\":\"words\",\"annotations\":[]}]}],\"usage\":{\"input_tokens\":10,\"output_tokens\":200,\"total_tokens\":210}}}\n\n");
+        }
+        Api::Anthropic => {
+            s.push_str("event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\n");
+            s.push_str("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n");
+            for i in 0..n {
+                s.push_str(&format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"word{i} \"}}}}\n\n"));
+            }
+            s.push_str("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n");
+            s.push_str("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":200}}\n\n");
+            s.push_str("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
+        }
+        Api::Gemini => {
+            for i in 0..n {
+                let finish = if i + 1 == n { ",\"finishReason\":\"STOP\"" } else { "" };
+                s.push_str(&format!("data: {{\"candidates\":[{{\"content\":{{\"parts\":[{{\"text\":\"word{i} \"}}],\"role\":\"model\"}}{finish},\"index\":0}}],\"usageMetadata\":{{\"promptTokenCount\":10,\"candidatesTokenCount\":{i},\"totalTokenCount\":{}}},\"modelVersion\":\"gemini-2.5-flash\",\"responseId\":\"r1\"}}\r\n\r\n", i + 10));
+            }
+        }
+    }
+    s
+}
+
+/// What one streamed event costs each adapter, through `Provider` from a local server (see the module doc).
+async fn event_costs() {
+    const EVENTS: usize = 20_000;
+    for (api, name) in [
+        (Api::OpenAiChat, "chat"),
+        (Api::OpenAiResponses, "responses"),
+        (Api::Anthropic, "anthropic"),
+        (Api::Gemini, "gemini"),
+    ] {
+        let base = serve(Bytes::from(adapter_stream(api, EVENTS))).await;
+        let provider = Provider::builder(api, "m").base_url(base).build().expect("provider");
+        let request = ModelRequest {
+            instructions: None,
+            messages: Conversation::from_messages(vec![Message::user("hi")]),
+            tools: Arc::from([]),
+            cache_key: None,
+        };
+        let reps = if quick() { 3 } else { 9 };
+        let mut costs = Vec::new();
+        for _ in 0..reps {
+            let t0 = Instant::now();
+            let r = provider.generate(&request, &CancellationToken::new()).await.expect("turn");
+            costs.push(t0.elapsed().as_secs_f64() * 1e9 / EVENTS as f64);
+            assert!(r.text.starts_with("word"), "{name}: {:?}", &r.text[..r.text.len().min(40)]);
+            black_box(r);
+        }
+        emit(&format!("event-cost-{name}"), median(costs), "ns/event");
+    }
 }
 
 fn sse_parse(stream: &[u8], chunk: usize) -> f64 {
@@ -184,5 +248,6 @@ fn main() {
         }
         emit("sse-assemble-chat", median(rates), "MB/s");
         turns(chat_stream(200)).await;
+        event_costs().await;
     });
 }

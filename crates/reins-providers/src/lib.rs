@@ -1,11 +1,11 @@
 //! # Reins model providers
 //!
-//! [`Provider`] is a [`reins::Model`] for three wire formats: the OpenAI Responses API, OpenAI Chat
+//! [`Provider`] is a [`reins::Model`] for four wire formats: the OpenAI Responses API, OpenAI Chat
 //! Completions (which every OpenAI-compatible server speaks: vLLM, llama.cpp, Ollama, LM Studio,
-//! OpenRouter, ...) and Anthropic Messages. It streams (text, reasoning and tool-call deltas go to the
-//! run's [`reins::DeltaSink`] as they arrive), retries transient failures with exponential backoff and
-//! jitter while honouring `Retry-After` and rate-limit headers, shares a client-side [`RateLimiter`]
-//! between concurrent runs, bounds silences with an idle timeout and bodies with a size cap, and aborts
+//! OpenRouter, ...), Anthropic Messages and Google Gemini's own API ([`gemini`]). It streams (text, reasoning
+//! and tool-call deltas go to the run's [`reins::DeltaSink`] as they arrive), retries transient failures with
+//! exponential backoff and jitter while honouring `Retry-After` and rate-limit headers, shares a client-side
+//! [`RateLimiter`] between concurrent runs, bounds silences with an idle timeout and bodies with a size cap, and aborts
 //! the HTTP request at once when the run is cancelled.
 //!
 //! ```no_run
@@ -18,20 +18,22 @@
 //! # }
 //! ```
 //!
-//! A model spec names its provider: `openai:`, `openai-chat:`, `anthropic:`, or a service of the [`PROVIDERS`]
-//! table (`ollama:`, `lmstudio:`, `llamacpp:`, `vllm:`, `openrouter:`, `groq:`, `together:`, `deepseek:`,
+//! A model spec names its provider: `openai:`, `openai-chat:`, `anthropic:`, `gemini:`, or a service of the
+//! [`PROVIDERS`] table (`ollama:`, `lmstudio:`, `llamacpp:`, `vllm:`, `openrouter:`, `groq:`, `together:`, `deepseek:`,
 //! `mistral:`, `xai:`, `azure:`), each a row of data: its API, base URL and key variable
 //! ([`NamedProvider::builder`]).
 //!
 //! [`model_info`] knows the context window and price of common models, [`cost`] prices a run's usage.
 //! Reasoning is kept across turns: a response's reasoning items (Anthropic signed `thinking` and
-//! `redacted_thinking`, Responses `reasoning` items with `encrypted_content`) are recorded with its turn and sent
+//! `redacted_thinking`, Responses `reasoning` items with `encrypted_content`, Gemini `thoughtSignature`s with the part
+//! each came on) are recorded with its turn and sent
 //! back, unchanged and in order, by the adapter of the same API only ([`ProviderBuilder::thinking_budget`],
 //! [`ProviderBuilder::reasoning_effort`], [`check_reasoning`]).
 
 #![warn(missing_docs)]
 
 pub mod anthropic;
+pub mod gemini;
 mod media;
 mod named;
 pub mod openai_chat;
@@ -53,6 +55,13 @@ fn response_model(model: Option<&str>) {
             span.record("gen_ai.response.model", m);
         }
     }
+}
+
+/// The API key an environment variable holds (`None` when unset or blank). `GEMINI_API_KEY`, when unset, falls
+/// back to `GOOGLE_API_KEY` (the other name Google's tools read).
+pub fn env_key(var: &str) -> Option<String> {
+    let get = |v: &str| std::env::var(v).ok().filter(|k| !k.trim().is_empty());
+    get(var).or_else(|| if var == "GEMINI_API_KEY" { get("GOOGLE_API_KEY") } else { None })
 }
 
 pub use named::{

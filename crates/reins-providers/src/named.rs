@@ -87,6 +87,11 @@ pub const PROVIDERS: &[NamedProvider] = &[
         system: "anthropic",
         ..hosted("anthropic", Api::Anthropic, "https://api.anthropic.com", "ANTHROPIC_API_KEY")
     },
+    // Gemini's own API; the key (GEMINI_API_KEY, else GOOGLE_API_KEY) goes in `x-goog-api-key`.
+    NamedProvider {
+        system: "gcp.gemini",
+        ..hosted("gemini", Api::Gemini, "https://generativelanguage.googleapis.com", "GEMINI_API_KEY")
+    },
     // The Azure OpenAI v1 API: `{endpoint}/openai/v1`, the deployment's name as the model, the key in `api-key`.
     NamedProvider {
         name: "azure",
@@ -254,13 +259,16 @@ pub async fn served_models(
 }
 
 /// The models of the price table a provider serves under their own names: OpenAI's for `openai`,
-/// `openai-chat` and `azure` (a deployment is usually named after its model), Anthropic's for `anthropic`;
-/// none for the others (a name whose last part is a table entry, `openrouter:openai/gpt-4o`, is still priced).
+/// `openai-chat` and `azure` (a deployment is usually named after its model), Anthropic's for `anthropic`,
+/// Google's for `gemini`; none for the others (a name whose last part is a table entry,
+/// `openrouter:openai/gpt-4o`, is still priced).
 pub fn known_models(provider: &NamedProvider) -> Vec<&'static crate::ModelInfo> {
     let anthropic = |i: &&crate::ModelInfo| i.prefix.starts_with("claude");
+    let gemini = |i: &&crate::ModelInfo| i.prefix.starts_with("gemini");
     match provider.name {
-        "openai" | "openai-chat" | "azure" => crate::MODELS.iter().filter(|i| !anthropic(i)).collect(),
+        "openai" | "openai-chat" | "azure" => crate::MODELS.iter().filter(|i| !anthropic(i) && !gemini(i)).collect(),
         "anthropic" => crate::MODELS.iter().filter(anthropic).collect(),
+        "gemini" => crate::MODELS.iter().filter(gemini).collect(),
         _ => Vec::new(),
     }
 }

@@ -71,6 +71,17 @@ pub const MODELS: &[ModelInfo] = &[
     m("claude-3-7-sonnet", 200_000, 64_000, 3.0, 0.30, 15.0),
     m("claude-3-5-sonnet", 200_000, 8_192, 3.0, 0.30, 15.0),
     m("claude-3-5-haiku", 200_000, 8_192, 0.80, 0.08, 4.0),
+    // Gemini's standard tier for text, image and video input, prompts up to 200k tokens (the Pro models charge
+    // more above that, which this table does not model); output includes thinking; a cache read is implicit
+    // caching's rate (explicit caching's storage by the hour is not modelled).
+    m("gemini-3.5-flash", 1_048_576, 65_536, 1.50, 0.15, 9.0),
+    m("gemini-3.1-pro", 1_048_576, 65_536, 2.0, 0.20, 12.0),
+    m("gemini-3.1-flash-lite", 1_048_576, 65_536, 0.25, 0.025, 1.50),
+    m("gemini-3-pro", 1_048_576, 65_536, 2.0, 0.20, 12.0),
+    m("gemini-3-flash", 1_048_576, 65_536, 0.50, 0.05, 3.0),
+    m("gemini-2.5-pro", 1_048_576, 65_536, 1.25, 0.125, 10.0),
+    m("gemini-2.5-flash", 1_048_576, 65_536, 0.30, 0.03, 2.50),
+    m("gemini-2.5-flash-lite", 1_048_576, 65_536, 0.10, 0.01, 0.40),
 ];
 
 /// What is known of `model`, by the longest matching prefix. A prefix matches at a boundary only
@@ -131,6 +142,10 @@ mod tests {
         assert_eq!(model_info("openai/gpt-5-mini").unwrap().prefix, "gpt-5-mini");
         assert!(model_info("o1x").is_none());
         assert!(model_info("gemma-3-270m").is_none());
+        assert_eq!(model_info("gemini-3-pro-preview").unwrap().prefix, "gemini-3-pro");
+        assert_eq!(model_info("gemini-3.1-pro-preview").unwrap().prefix, "gemini-3.1-pro");
+        assert_eq!(model_info("gemini-2.5-flash-lite").unwrap().prefix, "gemini-2.5-flash-lite");
+        assert_eq!(model_info("gemini-2.5-flash-preview-09-2025").unwrap().prefix, "gemini-2.5-flash");
         assert!(model_info("").is_none());
     }
 

@@ -18,7 +18,7 @@ use crate::ratelimit::RateLimiter;
 use crate::retry::{RetryPolicy, exhausted_window, retry_after};
 use crate::sse::SseParser;
 use crate::wire::{Emit, FailKind, Failure, body_summary, classify_status, snippet};
-use crate::{anthropic, openai_chat, openai_responses};
+use crate::{anthropic, gemini, openai_chat, openai_responses};
 
 /// Which wire format a provider speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -29,6 +29,8 @@ pub enum Api {
     OpenAiChat,
     /// Anthropic Messages (`{base}/v1/messages`).
     Anthropic,
+    /// Google Gemini (`{base}/v1beta/models/MODEL:generateContent`, `:streamGenerateContent?alt=sse`).
+    Gemini,
 }
 
 impl Api {
@@ -38,6 +40,7 @@ impl Api {
             Api::OpenAiResponses => "openai",
             Api::OpenAiChat => "openai-chat",
             Api::Anthropic => "anthropic",
+            Api::Gemini => "gemini",
         }
     }
 
@@ -46,6 +49,7 @@ impl Api {
         match self {
             Api::OpenAiResponses | Api::OpenAiChat => "https://api.openai.com/v1",
             Api::Anthropic => "https://api.anthropic.com",
+            Api::Gemini => "https://generativelanguage.googleapis.com",
         }
     }
 
@@ -54,6 +58,7 @@ impl Api {
         match self {
             Api::OpenAiResponses | Api::OpenAiChat => "OPENAI_API_KEY",
             Api::Anthropic => "ANTHROPIC_API_KEY",
+            Api::Gemini => "GEMINI_API_KEY",
         }
     }
 
@@ -220,8 +225,8 @@ pub struct ProviderBuilder {
 }
 
 impl ProviderBuilder {
-    /// The server: for OpenAI-style APIs a URL ending in `/v1`, for Anthropic the host. Default: the
-    /// official endpoint.
+    /// The server: for OpenAI-style APIs a URL ending in `/v1`, for Anthropic and Gemini the host (Gemini's
+    /// `/v1beta` is appended unless the URL ends in a version). Default: the official endpoint.
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
         self.base_url = Some(url.into());
         self
@@ -237,7 +242,7 @@ impl ProviderBuilder {
     pub fn api_key_from_env(mut self) -> Self {
         if self.api_key.is_none() {
             if let Some(env) = self.key_env() {
-                self.api_key = std::env::var(env).ok().filter(|k| !k.trim().is_empty());
+                self.api_key = crate::env_key(&env);
             }
         }
         self
@@ -291,15 +296,16 @@ impl ProviderBuilder {
         self
     }
     /// OpenAI APIs: how hard a reasoning model thinks (Responses `reasoning.effort`, Chat Completions
-    /// `reasoning_effort`). The Responses adapter then also asks for the reasoning items' encrypted content
-    /// (`include`, `store: false`) and sends them back on the next turns.
+    /// `reasoning_effort`); Gemini: `thinkingConfig.thinkingLevel` (not with a thinking budget). The Responses
+    /// adapter then also asks for the reasoning items' encrypted content (`include`, `store: false`) and sends them
+    /// back on the next turns.
     pub fn reasoning_effort(mut self, effort: crate::ReasoningEffort) -> Self {
         self.settings.reasoning_effort = Some(effort);
         self
     }
     /// Anthropic: extended thinking within `budget` tokens (`thinking: {type: enabled, budget_tokens}`), at
     /// least [`crate::MIN_THINKING_BUDGET`] and below the response cap. The signed thinking blocks are sent
-    /// back on the next turns.
+    /// back on the next turns. Gemini: `thinkingConfig.thinkingBudget` (not with a reasoning effort).
     pub fn thinking_budget(mut self, budget: u32) -> Self {
         self.settings.thinking_budget = Some(budget);
         self
@@ -474,11 +480,16 @@ impl ProviderBuilder {
             return Err(invalid("a base URL has no query or fragment".into()));
         }
         let trimmed = parsed.as_str().trim_end_matches('/').to_owned();
+        if self.api == Api::Gemini {
+            let url = gemini::endpoint(&trimmed, &self.settings.model, self.stream).map_err(invalid)?;
+            return Ok((parsed, url));
+        }
         let path = match self.api {
             Api::OpenAiResponses => "/responses",
             Api::OpenAiChat => "/chat/completions",
             Api::Anthropic if trimmed.ends_with("/v1") => "/messages",
             Api::Anthropic => "/v1/messages",
+            Api::Gemini => "",
         };
         let url = reqwest::Url::parse(&format!("{trimmed}{path}")).map_err(|e| invalid(e.to_string()))?;
         Ok((parsed, url))
@@ -498,6 +509,7 @@ impl ProviderBuilder {
             let (name, value) = match (self.api, self.named.and_then(|n| n.key_header)) {
                 (_, Some(header)) => (HeaderName::from_static(header), key.trim().to_owned()),
                 (Api::Anthropic, None) => (HeaderName::from_static("x-api-key"), key.trim().to_owned()),
+                (Api::Gemini, None) => (HeaderName::from_static("x-goog-api-key"), key.trim().to_owned()),
                 _ => (AUTHORIZATION, format!("Bearer {}", key.trim())),
             };
             let mut value = HeaderValue::from_str(&value).map_err(|_| ProviderError::InvalidHeader {
@@ -633,6 +645,7 @@ enum StreamState {
     Responses(openai_responses::Stream),
     Chat(openai_chat::Stream),
     Anthropic(anthropic::Stream),
+    Gemini(gemini::Stream),
 }
 
 impl StreamState {
@@ -641,6 +654,7 @@ impl StreamState {
             Api::OpenAiResponses => Self::Responses(Default::default()),
             Api::OpenAiChat => Self::Chat(Default::default()),
             Api::Anthropic => Self::Anthropic(Default::default()),
+            Api::Gemini => Self::Gemini(Default::default()),
         }
     }
     fn on_event(&mut self, ev: &crate::sse::SseEvent, emit: &mut Emit) -> Result<bool, Failure> {
@@ -648,6 +662,7 @@ impl StreamState {
             Self::Responses(s) => s.on_event(ev, emit),
             Self::Chat(s) => s.on_event(ev, emit),
             Self::Anthropic(s) => s.on_event(ev, emit),
+            Self::Gemini(s) => s.on_event(ev, emit),
         }
     }
     fn finish(self) -> Result<ModelResponse, Failure> {
@@ -655,6 +670,7 @@ impl StreamState {
             Self::Responses(s) => s.finish(),
             Self::Chat(s) => s.finish(),
             Self::Anthropic(s) => s.finish(),
+            Self::Gemini(s) => s.finish(),
         }
     }
 }
@@ -719,6 +735,7 @@ impl Provider {
             Api::OpenAiResponses => openai_responses::body(s, request, self.inner.stream),
             Api::OpenAiChat => openai_chat::body(s, request, self.inner.stream),
             Api::Anthropic => anthropic::body(s, request, self.inner.stream),
+            Api::Gemini => gemini::body(s, request),
         }
     }
 
@@ -727,6 +744,7 @@ impl Provider {
             Api::OpenAiResponses => openai_responses::parse(v),
             Api::OpenAiChat => openai_chat::parse(v),
             Api::Anthropic => anthropic::parse(v),
+            Api::Gemini => gemini::parse(v),
         }
     }
 
@@ -942,6 +960,7 @@ impl Model for Provider {
             (Some(system), _) => system,
             (None, Api::OpenAiResponses | Api::OpenAiChat) => "openai",
             (None, Api::Anthropic) => "anthropic",
+            (None, Api::Gemini) => "gcp.gemini",
         };
         ModelIdentity {
             provider: Some(Arc::from(provider)),
@@ -957,6 +976,12 @@ impl Model for Provider {
 
     async fn generate(&self, request: &ModelRequest, cancel: &CancellationToken) -> Result<ModelResponse, ModelError> {
         let inner = &*self.inner;
+        if inner.api == Api::Gemini {
+            gemini::check_tools(&request.tools).map_err(|e| ModelError::Rejected {
+                status: 400,
+                message: format!("{e} (refused before any request was sent)"),
+            })?;
+        }
         let body = serde_json::to_vec(&self.request_body(request))
             .map_err(|e| ModelError::Failed(format!("cannot encode the request: {e}")))?;
         let body = Bytes::from(body);

@@ -3,7 +3,8 @@
 //!
 //! A model's reasoning items ([`reins::Reasoning`]) are tagged with the API that produced them: Anthropic
 //! `thinking` blocks (with their `signature`) and `redacted_thinking` blocks are tagged `anthropic`; OpenAI
-//! Responses `reasoning` items (with their `encrypted_content`) are tagged `openai`. The adapter of that API
+//! Responses `reasoning` items (with their `encrypted_content`) are tagged `openai`; Gemini's `thoughtSignature`s,
+//! each with the part it came on, are tagged `gemini` (see [`crate::gemini`]). The adapter of that API
 //! sends them back unchanged and in order, before the turn's text and tool calls; every other adapter drops
 //! them. Chat Completions has no reasoning that round-trips: a server's `reasoning_content` is shown, never
 //! sent back.
@@ -136,6 +137,9 @@ pub struct ReasoningSettings<'a> {
 /// ```
 pub fn check_reasoning(s: &ReasoningSettings<'_>) -> Result<(), ReasoningConflict> {
     let err = |setting, reason: String| Err(ReasoningConflict { setting, reason });
+    if s.api == Api::Gemini {
+        return check_gemini(s);
+    }
     if s.effort.is_some() && s.api == Api::Anthropic {
         return err(
             "reasoning_effort",
@@ -146,7 +150,7 @@ pub fn check_reasoning(s: &ReasoningSettings<'_>) -> Result<(), ReasoningConflic
     if s.api != Api::Anthropic {
         return err(
             "thinking_budget",
-            "applies to anthropic: models; an OpenAI reasoning model takes a reasoning effort (--reasoning-effort low|medium|high)".into(),
+            "applies to anthropic: and gemini: models; an OpenAI reasoning model takes a reasoning effort (--reasoning-effort low|medium|high)".into(),
         );
     }
     if budget < MIN_THINKING_BUDGET {
@@ -172,6 +176,23 @@ pub fn check_reasoning(s: &ReasoningSettings<'_>) -> Result<(), ReasoningConflic
         );
     }
     Ok(())
+}
+
+/// Gemini thinks by a budget (`thinkingBudget`) or a level (`thinkingLevel`, from the reasoning effort), and
+/// refuses both at once; a Gemini 2 model takes no level.
+fn check_gemini(s: &ReasoningSettings<'_>) -> Result<(), ReasoningConflict> {
+    let err = |setting, reason: &str| Err(ReasoningConflict { setting, reason: reason.to_owned() });
+    match (s.thinking_budget, s.effort) {
+        (Some(_), Some(_)) => err(
+            "thinking_budget",
+            "Gemini takes a thinking budget (thinkingBudget) or a reasoning effort (thinkingLevel), never both: remove one of them",
+        ),
+        (None, Some(_)) if s.model.trim_start_matches("models/").starts_with("gemini-2") => err(
+            "reasoning_effort",
+            "a gemini-2 model takes no thinking level: give it a thinking budget (--thinking-budget N) instead",
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// Anthropic's `max_tokens` (the API requires one): the configured cap; else the model's known output cap up

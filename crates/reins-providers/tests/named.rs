@@ -38,6 +38,7 @@ async fn every_named_provider_sends_its_path_key_header_and_body() {
             Api::OpenAiChat => format!("{path}/chat/completions"),
             Api::OpenAiResponses => format!("{path}/responses"),
             Api::Anthropic => format!("{path}/v1/messages"),
+            Api::Gemini => format!("{path}/v1beta/models/test-model:generateContent"),
         };
         assert_eq!((r.method.as_str(), r.path.as_str()), ("POST", want_path.as_str()), "{}", p.name);
         match (p.name, p.local) {
@@ -46,15 +47,22 @@ async fn every_named_provider_sends_its_path_key_header_and_body() {
                 assert_eq!(r.header("authorization"), None);
             }
             ("anthropic", _) => assert_eq!(r.header("x-api-key"), Some(key.as_str())),
+            ("gemini", _) => {
+                assert_eq!(r.header("x-goog-api-key"), Some(key.as_str()));
+                assert_eq!(r.header("authorization"), None);
+            }
             (_, true) => assert_eq!(r.header("authorization"), None, "{}", p.name),
             (_, false) => assert_eq!(r.header("authorization"), Some(format!("Bearer {key}").as_str()), "{}", p.name),
         }
         let body = r.json();
-        assert_eq!(body["model"], "test-model", "{}", p.name);
+        if p.api != Api::Gemini {
+            assert_eq!(body["model"], "test-model", "{}", p.name);
+        }
         let said = match p.api {
             Api::OpenAiChat => body["messages"][0]["content"].clone(),
             Api::OpenAiResponses => body["input"][0]["content"].clone(),
             Api::Anthropic => body["messages"][0]["content"].clone(),
+            Api::Gemini => body["contents"][0]["parts"][0]["text"].clone(),
         };
         assert!(said.to_string().contains("Say hi"), "{}: {body}", p.name);
         // Compatible servers read `max_tokens`; only OpenAI's own endpoint gets `max_completion_tokens`.

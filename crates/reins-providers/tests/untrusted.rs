@@ -12,7 +12,7 @@ use reins_providers::{Api, Provider, ProviderBuilder, RetryPolicy};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-const APIS: [Api; 3] = [Api::OpenAiResponses, Api::OpenAiChat, Api::Anthropic];
+const APIS: [Api; 4] = [Api::OpenAiResponses, Api::OpenAiChat, Api::Anthropic, Api::Gemini];
 
 const KEY: &str = "sk-secret-key-22";
 const TEAM: &str = "team-header-secret";
@@ -29,6 +29,7 @@ fn path(api: Api) -> &'static str {
         Api::OpenAiResponses => "/v1/responses",
         Api::OpenAiChat => "/v1/chat/completions",
         Api::Anthropic => "/v1/messages",
+        Api::Gemini => "/v1/models/test-model:generateContent",
     }
 }
 
@@ -86,7 +87,11 @@ async fn a_redirect_is_never_followed_and_the_error_names_where_it_pointed() {
                 let asked = redirecting.requests();
                 assert_eq!(asked.len(), 1, "{api:?} {status}: not retried");
                 // The key and the header went to the base URL, as they should.
-                let key_header = if api == Api::Anthropic { "x-api-key" } else { "authorization" };
+                let key_header = match api {
+                    Api::Anthropic => "x-api-key",
+                    Api::Gemini => "x-goog-api-key",
+                    _ => "authorization",
+                };
                 assert!(asked[0].header(key_header).is_some_and(|v| v.contains(KEY)));
                 assert_eq!(asked[0].header("x-team"), Some(TEAM));
                 let ModelError::Rejected { status: s, message } = &e else { panic!("{api:?}: {e:?}") };
@@ -152,8 +157,11 @@ async fn a_gzip_answer_is_a_clear_error_and_never_text() {
 /// A whole response of `api` whose input count is `value`.
 fn with_input_tokens(api: Api, value: Value) -> Reply {
     let mut v: Value = serde_json::from_str(&fixture(&format!("{}/text.json", dir(api)))).unwrap();
-    let field = if api == Api::OpenAiChat { "prompt_tokens" } else { "input_tokens" };
-    v["usage"][field] = value;
+    match api {
+        Api::OpenAiChat => v["usage"]["prompt_tokens"] = value,
+        Api::Gemini => v["usageMetadata"]["promptTokenCount"] = value,
+        _ => v["usage"]["input_tokens"] = value,
+    }
     Reply::json(200, v.to_string())
 }
 

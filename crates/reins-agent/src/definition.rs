@@ -443,6 +443,30 @@ impl AgentDef {
                 "set `max_context_chars` or `max_context_tokens`, not both",
             ));
         }
+        self.validate_provider()?;
+        if let Some(limits) = &self.commands.limits {
+            limits.validate().map_err(|m| DefError::at("commands", m))?;
+        }
+        if let Some(extra) = &self.provider.extra_body {
+            check_no_null(&serde_json::Value::Object(extra.clone()), "provider.extra_body")?;
+        }
+        self.validate_presets()?;
+        for (name, server) in &self.mcp {
+            server.to_config(name)?;
+        }
+        if let Some(schema) = &self.output_schema {
+            schema.validate()?;
+        }
+        for (i, hook) in self.hooks.iter().enumerate() {
+            hook.validate(i)?;
+        }
+        self.validate_sub_agents()?;
+        Ok(())
+    }
+
+    /// `[provider]`'s values beyond what their types say: the integers its API takes, the least thinking
+    /// budget, the base URL, the key's variable name, the headers.
+    fn validate_provider(&self) -> Result<(), DefError> {
         let p = &self.provider;
         let fits_u32 = |v: Option<u64>, key: &str| match v {
             Some(n) if n > u64::from(u32::MAX) => {
@@ -487,12 +511,11 @@ impl AgentDef {
                 return Err(DefError::at(format!("provider.headers.{k}"), "not a valid HTTP header"));
             }
         }
-        if let Some(limits) = &self.commands.limits {
-            limits.validate().map_err(|m| DefError::at("commands", m))?;
-        }
-        if let Some(extra) = &p.extra_body {
-            check_no_null(&serde_json::Value::Object(extra.clone()), "provider.extra_body")?;
-        }
+        Ok(())
+    }
+
+    /// The presets: unique names, their limits, their argument schemas.
+    fn validate_presets(&self) -> Result<(), DefError> {
         let mut names = std::collections::BTreeSet::new();
         for (i, preset) in self.presets.iter().enumerate() {
             if !names.insert(preset.name.as_str()) {
@@ -505,15 +528,11 @@ impl AgentDef {
                 check_no_null(schema, &format!("presets[{i}].arg_schema"))?;
             }
         }
-        for (name, server) in &self.mcp {
-            server.to_config(name)?;
-        }
-        if let Some(schema) = &self.output_schema {
-            schema.validate()?;
-        }
-        for (i, hook) in self.hooks.iter().enumerate() {
-            hook.validate(i)?;
-        }
+        Ok(())
+    }
+
+    /// The sub-agents: tool names, one level of nesting, no MCP servers of their own, each valid.
+    fn validate_sub_agents(&self) -> Result<(), DefError> {
         for (name, sub) in &self.agents {
             let at = format!("agents.{name}");
             if !reins::is_valid_tool_name(name) {

@@ -22,7 +22,8 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 use crate::exit::{CliError, usage};
-use crate::run::{RunArgs, Setup};
+use crate::run_args::RunArgs;
+use crate::run_session::Setup;
 
 /// The most lines the line editor's history keeps (in memory only: nothing is written to disk).
 const HISTORY: usize = 1000;
@@ -91,7 +92,7 @@ pub async fn chat(args: ChatArgs) -> Result<u8, CliError> {
     let history = if no_history { None } else { open_history(&input) };
     listen(end.clone(), turn.clone(), Arc::clone(&started), terminal.clone())?;
     let answers = Arc::new(ChatAnswers { input: Arc::clone(&input), turn: turn.clone() });
-    let approver: Arc<dyn reins::Approver> = Arc::new(crate::approve_cli::TerminalApprover::with_answers(answers));
+    let approver: Arc<dyn reins::Approver> = Arc::new(crate::terminal_approver::TerminalApprover::with_answers(answers));
     let result = session_loop(&mut run, first, &end, &turn, &started, &input, history, approver).await;
     terminal.restore();
     result
@@ -129,7 +130,7 @@ async fn session_loop(
     mut history: Option<crate::history::History>,
     approver: Arc<dyn reins::Approver>,
 ) -> Result<u8, CliError> {
-    let setup = crate::run::setup(run, end, chat_defaults).await?;
+    let setup = crate::run_session::setup(run, end, chat_defaults).await?;
     let mut chat = Chat::new(setup, approver);
     started.store(true, Ordering::SeqCst);
     chat.greet();
@@ -166,7 +167,7 @@ async fn session_loop(
             },
         }
     }
-    crate::mcp_cli::finish(chat.setup.mcp.as_ref()).await;
+    crate::mcp_servers::finish(chat.setup.mcp.as_ref()).await;
     if let Some(id) = &chat.session_id {
         errln!("reins: this chat is session {id} (`reins chat --resume {id}` continues it)");
     }
@@ -319,11 +320,11 @@ impl Chat {
         let parts = &self.setup.parts;
         let store = self.setup.store.as_ref();
         let session = match (store, &self.session_id) {
-            (Some(store), Some(id)) => Some(store.load(id).map_err(crate::sessions_cli::store_err)?),
+            (Some(store), Some(id)) => Some(store.load(id).map_err(crate::store_open::store_err)?),
             _ => None,
         };
         let streamed = Arc::clone(&self.streamed);
-        let agent = crate::run::agent_builder(parts, store, session.as_ref(), Some(Arc::clone(&self.approver)))?
+        let agent = crate::run_session::agent_builder(parts, store, session.as_ref(), Some(Arc::clone(&self.approver)))?
             .limits(limits.clone())
             .observer(move |e: &Event| show(e, &streamed))
             .include_content(true)
@@ -334,7 +335,7 @@ impl Chat {
             Ask::Continue | Ask::Compact => None,
         };
         let mut state = match &session {
-            Some(s) => Some(s.resume_state(limits, &parts.context, text).map_err(crate::sessions_cli::store_err)?),
+            Some(s) => Some(s.resume_state(limits, &parts.context, text).map_err(crate::store_open::store_err)?),
             None if !self.messages.is_empty() => {
                 let run_id = uuid::Uuid::new_v4().to_string();
                 let mut st = RunState::resume(run_id, self.messages.clone(), limits, &parts.context, "interrupted")
@@ -448,7 +449,7 @@ impl Chat {
             return Ok(());
         }
         let before = run.store.resume.replace(id.to_owned());
-        let setup = match crate::run::setup(run, end, chat_defaults).await {
+        let setup = match crate::run_session::setup(run, end, chat_defaults).await {
             Ok(s) => s,
             Err(e) => {
                 run.store.resume = before;
@@ -456,7 +457,7 @@ impl Chat {
                 return Ok(());
             }
         };
-        crate::mcp_cli::finish(self.setup.mcp.as_ref()).await;
+        crate::mcp_servers::finish(self.setup.mcp.as_ref()).await;
         let spent = std::mem::take(&mut self.spent);
         *self = Chat::new(setup, Arc::clone(&self.approver));
         self.spent = spent;
@@ -721,7 +722,7 @@ struct ChatAnswers {
 }
 
 #[async_trait]
-impl crate::approve_cli::Answers for ChatAnswers {
+impl crate::terminal_approver::Answers for ChatAnswers {
     async fn line(&self, prompt: &str) -> Option<String> {
         self.turn.asking().store(true, Ordering::SeqCst);
         let got = self.input.read(prompt).await;

@@ -91,7 +91,7 @@ pub async fn demo() -> Result<u8, CliError> {
         .observer(render::progress_stdout)
         .include_content(true);
     // The demo is recorded like any run, so that it can be looked at afterwards; without a store it still runs.
-    match crate::sessions_cli::open_store(None) {
+    match crate::store_open::open_store(None) {
         Ok(store) => {
             let meta = reins_store::SessionMeta {
                 model: Some("demo (a scripted model)".to_owned()),

@@ -1,5 +1,6 @@
 //! Durable runs on Restate: `reins worker` (a Restate service endpoint that runs agents) and its client,
-//! `reins submit`, `reins status`, `reins result` and `reins cancel`, and `reins approve` of a durable run.
+//! `reins submit`, `reins status`, `reins result` and `reins cancel` (`reins approve` of a durable run is
+//! `approve_cli`'s; both reach Restate through `restate_client`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -7,42 +8,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
-use reins::{Outcome, PendingCall, Verdict};
-use reins_restate::client::{Client, ClientError, Found};
-use reins_restate::{Awaiting, Overrides, TurnRequest, is_valid_agent_name, new_id};
+use reins_restate::{Overrides, TurnRequest, is_valid_agent_name, new_id};
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::exit::{CliError, code_for, usage};
-
-/// The exit code of `submit`, `status`, `result` and `cancel` when the service is unreachable or the id unknown.
-pub const EXIT_UNREACHABLE: u8 = 15;
-
-/// Where Restate is.
-#[derive(Args, Debug, Clone)]
-pub struct RestateFlags {
-    /// Restate's ingress URL (default: $REINS_RESTATE_URL, else http://127.0.0.1:8080).
-    #[arg(long = "restate", value_name = "URL")]
-    pub restate: Option<String>,
-    /// Restate's admin URL (default: $REINS_RESTATE_ADMIN_URL, else the ingress host on port 9070).
-    #[arg(long = "restate-admin", value_name = "URL")]
-    pub restate_admin: Option<String>,
-}
-
-impl RestateFlags {
-    pub(crate) fn client(&self) -> Client {
-        let ingress = self
-            .restate
-            .clone()
-            .or_else(|| std::env::var("REINS_RESTATE_URL").ok())
-            .unwrap_or_else(|| "http://127.0.0.1:8080".to_owned());
-        let admin = self
-            .restate_admin
-            .clone()
-            .or_else(|| std::env::var("REINS_RESTATE_ADMIN_URL").ok())
-            .unwrap_or_else(|| Client::default_admin(&ingress));
-        Client::new(&ingress, &admin)
-    }
-}
+use crate::exit::{CliError, usage};
+use crate::outcome_file::show_outcome;
+use crate::restate_client::{RestateFlags, client_err, find_waiting, show_waiting};
 
 /// Flags of `reins worker`.
 #[derive(Args, Debug)]
@@ -136,20 +107,6 @@ pub struct IdArgs {
     pub restate: RestateFlags,
 }
 
-/// A client error as the command reports it: unreachable or unknown is exit 15, a run that failed for good
-/// (for example a bad agent definition) is bad input, exit 2.
-fn client_err(e: ClientError) -> Result<u8, CliError> {
-    match e {
-        e @ (ClientError::Unreachable { .. } | ClientError::Unknown(_) | ClientError::NotFinished(_)) => {
-            errln!("reins: error: {e}");
-            Ok(EXIT_UNREACHABLE)
-        }
-        ClientError::InvalidId(_) => Err(usage(e.to_string())),
-        ClientError::Failed(m) => Err(usage(format!("the durable run failed: {m}"))),
-        e => Err(CliError::Internal(anyhow::anyhow!(e))),
-    }
-}
-
 fn parse_duration(s: &str) -> Result<Duration, String> {
     reins::parse_duration(s).map_err(|e| e.to_string())
 }
@@ -219,20 +176,6 @@ fn worker_agents(args: &WorkerArgs) -> Result<(BTreeMap<String, reins_agent::Age
         None
     };
     Ok((agents, default))
-}
-
-/// Prints an outcome like `reins run` and gives its exit code.
-fn show_outcome(outcome: &Outcome, json: bool, output: Option<&PathBuf>) -> Result<u8, CliError> {
-    if let Some(path) = output {
-        crate::run::write_outcome(path, outcome)?;
-    }
-    if json {
-        let v = serde_json::to_value(outcome).map_err(|e| CliError::Internal(e.into()))?;
-        jsonln!("{v}");
-    } else {
-        crate::render::summary(outcome);
-    }
-    Ok(code_for(outcome.status))
 }
 
 /// `reins worker`.
@@ -371,46 +314,6 @@ pub async fn submit(args: SubmitArgs) -> Result<u8, CliError> {
     }
 }
 
-/// What the run `found` waits for, if it is under way and waits for decisions.
-async fn awaiting_of(client: &Client, found: &Found) -> Result<Option<Awaiting>, ClientError> {
-    if found.status == "completed" {
-        return Ok(None);
-    }
-    Ok(client.awaiting(&found.session).await?.filter(|a| a.request.run_id == found.run_id))
-}
-
-/// Finds the run `id` (or the newest run of the session `id`) and what it waits for. Given a session id whose
-/// newest run is a turn queued behind one that waits for decisions, it is the waiting run that is found.
-async fn find_waiting(client: &Client, id: &str) -> Result<(Found, Option<Awaiting>), ClientError> {
-    let found = client.find(id).await?;
-    if found.session == id {
-        if let Some(a) = client.awaiting(id).await? {
-            if a.request.run_id != found.run_id {
-                let waiting = client.find(&a.request.run_id).await?;
-                if waiting.status != "completed" {
-                    return Ok((waiting, Some(a)));
-                }
-            }
-        }
-    }
-    let awaiting = awaiting_of(client, &found).await?;
-    Ok((found, awaiting))
-}
-
-/// Prints the calls a run waits on, one a line: `waiting CALL_ID TOOL ARGUMENTS: REASON`.
-fn show_waiting(a: &Awaiting) {
-    for c in &a.request.calls {
-        let reason = match &c.plan {
-            reins::Plan::Ask { reason } => reason.as_str(),
-            _ => "",
-        };
-        outln!("waiting {} {} {}: {}", c.call_id, c.name, crate::render::preview(&c.arguments.to_string()), reason);
-    }
-    if let Some(p) = &a.problem {
-        outln!("problem {p}");
-    }
-}
-
 /// `reins status`.
 pub async fn status(args: IdArgs) -> Result<u8, CliError> {
     let client = args.restate.client();
@@ -446,82 +349,6 @@ pub async fn status(args: IdArgs) -> Result<u8, CliError> {
         }
     }
     Ok(0)
-}
-
-/// `reins approve --restate URL ID ...`: the decisions resolve the awakeable the durable run waits on; with
-/// `wait`, waits for the run's end (or for it to ask again) and prints it like `reins run`.
-pub async fn approve(
-    id: &str,
-    given: &crate::approve_cli::Given,
-    flags: &RestateFlags,
-    wait: bool,
-    json: bool,
-    output: Option<&PathBuf>,
-) -> Result<u8, CliError> {
-    let client = flags.client();
-    let (found, awaiting) = match find_waiting(&client, id).await {
-        Ok(f) => f,
-        Err(e) => return client_err(e),
-    };
-    let Some(asked) = awaiting else {
-        let why = if found.status == "completed" { "has ended" } else { "is under way" };
-        return Err(usage(format!("run {} does not wait for an approval (it {why})", found.run_id)));
-    };
-    let waiting: Vec<PendingCall> = asked.request.calls.iter().filter(|c| c.needs_decision()).cloned().collect();
-    let decisions = given.decisions_for(&waiting).map_err(usage)?;
-    if let Err(e) = client.resolve(&asked.awakeable, &decisions).await {
-        return client_err(e);
-    }
-    if json && !wait {
-        jsonln!("{}", serde_json::json!({"run": found.run_id, "session": found.session, "decisions": decisions}));
-    } else if !json {
-        for d in &decisions {
-            let name = waiting.iter().find(|c| c.call_id == d.call_id).map_or("", |c| c.name.as_str());
-            let what = match &d.verdict {
-                Verdict::Approve => "approved".to_owned(),
-                Verdict::Deny { reason } => format!("denied ({})", crate::render::preview(reason)),
-                Verdict::Edit { arguments } => {
-                    format!("approved with {}", crate::render::preview(&arguments.to_string()))
-                }
-            };
-            outln!("{} {name} {what}", d.call_id);
-        }
-        outln!("run {}: decisions sent; it continues", found.run_id);
-    }
-    crate::output::flush_stdout();
-    if !wait {
-        return Ok(0);
-    }
-    // The run's end, unless the turn asks again first (decisions that did not apply, or calls left undecided).
-    let mut ended = std::pin::pin!(client.wait(&found.session, &found.run_id));
-    let mut poll = tokio::time::interval(std::time::Duration::from_millis(250));
-    loop {
-        tokio::select! {
-            outcome = &mut ended => return match outcome {
-                Ok(outcome) => show_outcome(&outcome, json, output),
-                Err(e) => client_err(e),
-            },
-            _ = poll.tick() => {
-                let again = match client.awaiting(&found.session).await {
-                    Ok(a) => a.filter(|a| a.awakeable != asked.awakeable && a.request.run_id == found.run_id),
-                    Err(e) => return client_err(e),
-                };
-                if let Some(a) = again {
-                    if let Some(p) = &a.problem {
-                        return Err(usage(format!("run {}: the decisions were not taken: {p}", found.run_id)));
-                    }
-                    if json {
-                        let calls = serde_json::to_value(&a.request.calls).map_err(|e| CliError::Internal(e.into()))?;
-                        jsonln!("{}", serde_json::json!({"run": found.run_id, "session": found.session, "state": "awaiting_approval", "awaiting": calls}));
-                    } else {
-                        outln!("run {} waits for more decisions", found.run_id);
-                        show_waiting(&a);
-                    }
-                    return Ok(code_for(reins::Status::AwaitingApproval));
-                }
-            }
-        }
-    }
 }
 
 /// `reins result`.

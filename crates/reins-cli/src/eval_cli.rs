@@ -226,7 +226,7 @@ fn root(store: &reins_store::Store) -> PathBuf {
 }
 
 async fn run(args: RunArgs) -> Result<u8, CliError> {
-    let store = crate::sessions_cli::open_store(args.store.as_deref())?;
+    let store = crate::store_open::open_store(args.store.as_deref())?;
     let options = Options {
         epochs: args.epochs,
         jobs: args.dispatch.jobs.unwrap_or(1) as usize,
@@ -248,7 +248,7 @@ async fn run(args: RunArgs) -> Result<u8, CliError> {
 }
 
 async fn resume(args: ResumeArgs) -> Result<u8, CliError> {
-    let store = crate::sessions_cli::open_store(args.store.as_deref())?;
+    let store = crate::store_open::open_store(args.store.as_deref())?;
     let mut eval = Eval::open(&root(&store), &args.id).map_err(eval_err)?;
     if let Some(j) = args.dispatch.jobs {
         eval.meta.options.jobs = j as usize;
@@ -339,7 +339,7 @@ async fn drive(eval: &Eval, store: &reins_store::Store, report: &ReportFlags) ->
 }
 
 fn show(args: ShowArgs) -> Result<u8, CliError> {
-    let store = crate::sessions_cli::open_store(args.store.as_deref())?;
+    let store = crate::store_open::open_store(args.store.as_deref())?;
     let (dir, meta) = reins_eval::EvalDir::open(&root(&store), &args.id).map_err(eval_err)?;
     let attempts = dir.attempts().map_err(eval_err)?;
     print_report(&Summary::new(&meta, &attempts), &args.report)
@@ -409,7 +409,7 @@ fn agent_of(root: &Path, spec: &str, second: bool) -> Result<reins_eval::AgentSu
 }
 
 fn diff(args: DiffArgs) -> Result<u8, CliError> {
-    let store = crate::sessions_cli::open_store(args.store.as_deref())?;
+    let store = crate::store_open::open_store(args.store.as_deref())?;
     let root = root(&store);
     let a = agent_of(&root, &args.run_a, false)?;
     let b = match &args.run_b {
@@ -427,7 +427,7 @@ fn diff(args: DiffArgs) -> Result<u8, CliError> {
 }
 
 fn rescore(args: RescoreArgs) -> Result<u8, CliError> {
-    let store = crate::sessions_cli::open_store(args.store.as_deref())?;
+    let store = crate::store_open::open_store(args.store.as_deref())?;
     let (dir, meta) = reins_eval::rescore_eval(&root(&store), &args.id, args.suite.as_deref()).map_err(eval_err)?;
     errln!("reins: eval {} re-scored from {} (no model called)", meta.id, args.id);
     let attempts = dir.attempts().map_err(eval_err)?;
@@ -435,7 +435,7 @@ fn rescore(args: RescoreArgs) -> Result<u8, CliError> {
 }
 
 async fn replay(args: ReplayArgs) -> Result<u8, CliError> {
-    let store = crate::sessions_cli::open_store(args.store.as_deref())?;
+    let store = crate::store_open::open_store(args.store.as_deref())?;
     let eval = Eval::open(&root(&store), &args.id).map_err(eval_err)?;
     let replayed = eval.replay(&store).await.map_err(eval_err)?;
     let mut diverged = 0;

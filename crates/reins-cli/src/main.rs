@@ -36,9 +36,9 @@ macro_rules! errln {
 }
 
 mod agent_cli;
-mod agents_cli;
 mod approve_cli;
 mod chat;
+mod decisions;
 mod demo;
 mod durable_cli;
 mod eval_cli;
@@ -46,18 +46,29 @@ mod exit;
 mod heartbeat;
 mod history;
 mod instructions_cli;
+mod loopback;
 mod mcp_cli;
 mod mcp_serve;
+mod mcp_servers;
 mod media_cli;
 mod models_cli;
+mod outcome_file;
 mod output;
 mod providers_cli;
 mod render;
+mod replay_cli;
+mod resolve;
+mod restate_client;
 mod run;
+mod run_args;
+mod run_session;
 mod scratch_copy;
+mod session_page;
 mod sessions_cli;
 mod signals;
+mod store_open;
 mod telemetry;
+mod terminal_approver;
 mod tools_cli;
 mod view_cli;
 
@@ -82,7 +93,7 @@ enum Command {
     Demo,
     /// Run an agent on a prompt.
     #[command(after_help = EXIT_CODES_HELP)]
-    Run(Box<run::RunArgs>),
+    Run(Box<run_args::RunArgs>),
     /// An interactive session on a terminal: a line editor, the model's text streamed, tool calls shown,
     /// approvals asked inline (default --approve writes), /exit /cost /compact /resume ID /help. Every turn is
     /// recorded in the session. Ctrl-C cancels the turn; Ctrl-D or /exit ends the chat.
@@ -95,7 +106,7 @@ enum Command {
     Sessions(sessions_cli::SessionsArgs),
     /// Re-runs a recorded session offline (recorded model responses, tools in a scratch copy of the
     /// workspace) and reports the first divergence. Exit 0 when identical, 10 when it diverged.
-    Replay(sessions_cli::ReplayArgs),
+    Replay(replay_cli::ReplayArgs),
     /// Serves the store's sessions to a browser on loopback (read-only, live while runs go on); prints the URL
     /// with its access token.
     Ui(view_cli::UiArgs),
@@ -180,7 +191,7 @@ fn main() -> std::process::ExitCode {
             Command::Chat(args) => chat::chat(*args).await,
             Command::Approve(args) => approve_cli::approve(*args).await,
             Command::Sessions(args) => sessions_cli::sessions(args),
-            Command::Replay(args) => sessions_cli::replay(args).await,
+            Command::Replay(args) => replay_cli::replay(args).await,
             Command::Ui(args) => view_cli::ui(args).await,
             Command::SandboxCheck(args) => tools_cli::sandbox_check(&args),
             Command::Mcp(args) => mcp_cli::mcp(args).await,
@@ -199,7 +210,7 @@ fn main() -> std::process::ExitCode {
     // The spans not sent yet, before the runtime goes (a gRPC exporter runs on it); bounded.
     telemetry::finish();
     // Every way out (a run that ended, an error): the stores are closed, their logs checkpointed.
-    sessions_cli::close_stores();
+    store_open::close_stores();
     output::flush_stdout();
     match (result, output::stdout_failure()) {
         (Err(e), _) => e.report(),

@@ -1,34 +1,12 @@
-//! MCP servers on the command line: `--mcp NAME=COMMAND [ARGS...]` / `--mcp NAME=URL` (keys of the agent
-//! definition, over the `[mcp.NAME]` tables of the agent file: see `agent_cli`), and `reins mcp list`.
+//! `reins mcp list` (the flag `--mcp NAME=COMMAND [ARGS...]` / `--mcp NAME=URL` of a run is `mcp_servers`'s).
 
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
-use reins_mcp::{McpServer, McpTools, ServerConfig, Transport, make_tools};
+use reins_mcp::{McpServer, ServerConfig, Transport, make_tools};
 
 use crate::exit::{CliError, usage};
-
-/// Flags that connect MCP servers.
-#[derive(Args, Debug, Default, Clone)]
-pub struct McpFlags {
-    /// Connects an MCP server and gives the model its tools, named NAME__TOOL: 'NAME=COMMAND ARG...' starts a
-    /// child process speaking MCP over stdio (split like a shell would, never run by one; killed with its
-    /// process group at the end), 'NAME=URL' reaches a streamable HTTP endpoint. Repeatable; replaces a
-    /// [mcp.NAME] table of the same name in --config.
-    #[arg(long = "mcp", value_name = "NAME=COMMAND ARG...|NAME=URL")]
-    pub servers: Vec<String>,
-}
-
-/// After a run: warns on stderr about tool refreshes that failed between steps, then shuts the servers down.
-pub async fn finish(mcp: Option<&Arc<McpTools>>) {
-    let Some(mcp) = mcp else {
-        return;
-    };
-    for e in mcp.refresh_errors() {
-        errln!("reins: warning: the tools of an MCP server could not be refreshed (its previous tools were kept): {e}");
-    }
-    mcp.shutdown().await;
-}
+use crate::mcp_servers::McpFlags;
 
 /// `reins mcp`.
 #[derive(Args, Debug)]
@@ -56,7 +34,7 @@ struct McpListArgs {
     /// An agent file whose [mcp.NAME] tables configure servers (the same file as `reins run --agent`); the
     /// user config and its --profile apply too.
     #[command(flatten)]
-    agent_file: crate::agent_cli::AgentFileFlags,
+    agent_file: crate::resolve::AgentFileFlags,
     /// Prints one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -87,11 +65,11 @@ pub async fn mcp(args: McpArgs) -> Result<u8, CliError> {
 fn configs(args: &McpListArgs) -> Result<Vec<ServerConfig>, CliError> {
     let mut layers = Vec::new();
     if let Some(path) = reins_agent::user_config_path() {
-        let user = reins_agent::UserConfig::read(&path).map_err(crate::agent_cli::def_err)?;
-        layers.extend(user.layers(args.agent_file.profile.as_deref()).map_err(crate::agent_cli::def_err)?);
+        let user = reins_agent::UserConfig::read(&path).map_err(crate::resolve::def_err)?;
+        layers.extend(user.layers(args.agent_file.profile.as_deref()).map_err(crate::resolve::def_err)?);
     }
     if let Some(path) = &args.agent_file.agent {
-        layers.push(reins_agent::agent_file_layer(path).map_err(crate::agent_cli::def_err)?);
+        layers.push(reins_agent::agent_file_layer(path).map_err(crate::resolve::def_err)?);
     }
     let mut flags = reins_agent::AgentDef::default();
     for spec in &args.flags.servers {
@@ -99,8 +77,8 @@ fn configs(args: &McpListArgs) -> Result<Vec<ServerConfig>, CliError> {
         flags.mcp.insert(name, server);
     }
     layers.push(reins_agent::Layer::new(reins_agent::Origin::Flag, flags));
-    let resolved = reins_agent::resolve(&layers).map_err(crate::agent_cli::def_err)?;
-    resolved.def.mcp_configs().map_err(crate::agent_cli::def_err)
+    let resolved = reins_agent::resolve(&layers).map_err(crate::resolve::def_err)?;
+    resolved.def.mcp_configs().map_err(crate::resolve::def_err)
 }
 
 async fn mcp_list(args: McpListArgs) -> Result<u8, CliError> {

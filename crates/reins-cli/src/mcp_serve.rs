@@ -12,7 +12,7 @@ use reins_mcp::serve::{AgentRunner, AgentServer, RunContext, ServedAgent};
 use tokio_util::sync::CancellationToken;
 
 use crate::exit::{CliError, usage};
-use crate::run::RunArgs;
+use crate::run_args::RunArgs;
 
 /// Flags of `reins mcp serve`.
 #[derive(Args, Debug)]
@@ -75,16 +75,16 @@ fn run_args(words: &[String]) -> Result<RunArgs, CliError> {
 impl AgentRunner for Runner {
     async fn run(&self, agent: &str, task: &str, ctx: RunContext) -> Result<reins::Outcome, String> {
         let args = self.args(agent)?;
-        let setup = crate::run::setup(&args, &ctx.cancel, |_| {}).await.map_err(message)?;
-        let crate::run::Setup { store, parts, mcp, .. } = setup;
-        let built = crate::run::agent_builder(&parts, store.as_ref(), None, Some(ctx.approver))
+        let setup = crate::run_session::setup(&args, &ctx.cancel, |_| {}).await.map_err(message)?;
+        let crate::run_session::Setup { store, parts, mcp, .. } = setup;
+        let built = crate::run_session::agent_builder(&parts, store.as_ref(), None, Some(ctx.approver))
             .map_err(message)
             .and_then(|b| b.shared_observer(ctx.observer).build().map_err(|e| e.to_string()));
         let outcome = match built {
             Ok(agent) => Ok(agent.run(task, ctx.cancel).await),
             Err(e) => Err(e),
         };
-        crate::mcp_cli::finish(mcp.as_ref()).await;
+        crate::mcp_servers::finish(mcp.as_ref()).await;
         outcome
     }
 }
@@ -122,12 +122,12 @@ fn served(args: &McpServeArgs) -> Result<(Vec<ServedAgent>, Runner), CliError> {
             (Some(s), false) => words.extend(["--store".to_owned(), s.display().to_string()]),
             (None, false) => {}
         }
-        let (resolved, _) = crate::agent_cli::resolve(&run_args(&words)?, None)?;
+        let (resolved, _) = crate::resolve::resolve(&run_args(&words)?, None)?;
         let def = &resolved.def;
         // Errors of the definition (a missing key, a bad schema) now rather than at the first call.
-        def.parts_with(None).map_err(crate::run::build_err)?;
+        def.parts_with(None).map_err(crate::resolve::build_err)?;
         let output_schema = match &def.output_schema {
-            Some(s) => Some(s.load().map_err(crate::agent_cli::def_err)?.schema().clone()),
+            Some(s) => Some(s.load().map_err(crate::resolve::def_err)?.schema().clone()),
             None => None,
         };
         let description = def
@@ -143,7 +143,7 @@ fn served(args: &McpServeArgs) -> Result<(Vec<ServedAgent>, Runner), CliError> {
 /// `reins mcp serve`: serves until the client closes stdio, or (HTTP) until Ctrl-C / SIGTERM / SIGHUP.
 pub async fn serve(args: McpServeArgs) -> Result<u8, CliError> {
     let listen = match &args.listen {
-        Some(l) => Some(crate::view_cli::loopback(l, "reins mcp serve")?),
+        Some(l) => Some(crate::loopback::loopback(l, "reins mcp serve")?),
         None => None,
     };
     let (agents, runner) = served(&args)?;

@@ -258,8 +258,32 @@ pub fn status_lines(outcome: &Outcome) -> Vec<String> {
             lines.push(format!("  {e}"));
         }
     }
-    lines.extend(crate::agents_cli::summary_lines(outcome));
+    lines.extend(sub_agent_lines(outcome));
     lines
+}
+
+/// One summary line for each sub-agent of the run (`[agents.NAME]` in the agent file; their cost is the core's:
+/// each sub-agent's run priced at its own model, `agents.NAME.cost_usd`, added to the run's).
+fn sub_agent_lines(outcome: &Outcome) -> Vec<String> {
+    outcome
+        .agents
+        .iter()
+        .map(|(name, a)| {
+            let u = &a.usage;
+            let usage = if u.calls_with_usage == 0 {
+                "usage unknown".to_owned()
+            } else {
+                format!("usage {} in / {} out", u.input_tokens, u.output_tokens)
+            };
+            format!(
+                "  sub-agent {}: {} run(s) · {} step(s) · {} tool call(s) · {usage}",
+                preview(name),
+                a.runs,
+                a.steps,
+                a.tool_calls
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,43 +1,14 @@
-//! Sessions: the store flags of `reins run` (`--store`, `--no-store`, `--resume`, `--continue`), `reins
-//! sessions list|show|view|export|backup|rm|prune` and `reins replay`.
+//! Sessions: `reins sessions list|show|view|export|backup|rm|prune` (the store flags and opening the store are
+//! `store_open`'s; the page of `sessions view` is `session_page`'s; `reins replay` is `replay_cli`'s).
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use reins::{Event, Message};
-use reins_agent::AgentDef;
-use reins_store::{ReplayTools, Session, Store, kind};
-use tokio_util::sync::CancellationToken;
+use reins_store::{Session, Store, kind};
 
-use crate::exit::{CliError, usage};
-
-/// The store flag of the session commands.
-#[derive(Args, Debug, Clone, Default)]
-pub struct StoreFlag {
-    /// The session store (default: $REINS_STORE, else ~/.local/share/reins/sessions.db).
-    #[arg(long, value_name = "PATH")]
-    pub store: Option<PathBuf>,
-}
-
-/// The session flags of `reins run`.
-#[derive(Args, Debug, Clone, Default)]
-pub struct RunStoreFlags {
-    /// The session store every run is recorded in (default: $REINS_STORE, else
-    /// ~/.local/share/reins/sessions.db).
-    #[arg(long, value_name = "PATH", conflicts_with = "no_store")]
-    pub store: Option<PathBuf>,
-    /// Does not record the run.
-    #[arg(long)]
-    pub no_store: bool,
-    /// Continues the recorded session ID (an id or a unique prefix); the prompt, if given, is the follow-up.
-    #[arg(long, value_name = "ID", conflicts_with = "no_store")]
-    pub resume: Option<String>,
-    /// Continues the most recent session: the newest recorded in this workspace (--workspace, else the
-    /// current directory), else the newest of all. The prompt, if given, is the follow-up.
-    #[arg(long = "continue", conflicts_with_all = ["no_store", "resume"])]
-    pub continue_last: bool,
-}
+use crate::exit::CliError;
+use crate::store_open::{StoreFlag, open_store, recorded_def, store_err};
 
 /// `reins sessions`.
 #[derive(Args, Debug)]
@@ -71,7 +42,7 @@ enum SessionsCommand {
     },
     /// Writes a session as one self-contained HTML page: its runs on a time axis, tokens and cost per step,
     /// the transcript (no network access; works from file://).
-    View(crate::view_cli::ViewArgs),
+    View(crate::session_page::ViewArgs),
     /// Writes a session as JSON lines: a `session` line, then one line per log entry.
     Export {
         /// The session id, or a unique prefix of it.
@@ -107,149 +78,6 @@ enum SessionsCommand {
         #[command(flatten)]
         store: StoreFlag,
     },
-}
-
-/// `reins replay`.
-#[derive(Args, Debug)]
-pub struct ReplayArgs {
-    /// The session id, or a unique prefix of it.
-    pub id: String,
-    #[command(flatten)]
-    pub store: StoreFlag,
-    /// Replays the recorded tool results instead of running the tools.
-    #[arg(long)]
-    pub no_tools: bool,
-    /// The workspace to copy for the replay (default: the one recorded). The tools run in a scratch
-    /// copy; the original is never touched.
-    #[arg(long, value_name = "DIR")]
-    pub workspace: Option<PathBuf>,
-    /// The most the scratch copy's files may come to, counted at their full sizes (sparse files too): 1GiB by
-    /// default; a size in bytes or with KiB/MiB/GiB/TiB (or KB/MB/GB/TB). More is refused, nothing left behind.
-    #[arg(long, value_name = "SIZE", value_parser = crate::scratch_copy::parse_size)]
-    pub max_copy: Option<u64>,
-    /// The report as JSON.
-    #[arg(long)]
-    pub json: bool,
-}
-
-fn store_path(flag: Option<&Path>) -> Result<PathBuf, CliError> {
-    if let Some(p) = flag {
-        return Ok(p.to_path_buf());
-    }
-    if let Some(p) = std::env::var_os("REINS_STORE").filter(|p| !p.is_empty()) {
-        return Ok(PathBuf::from(p));
-    }
-    reins_store::default_path().map_err(|e| usage(e.to_string()))
-}
-
-/// The stores this process opened, closed by [`close_stores`] before it exits.
-static OPENED: std::sync::Mutex<Vec<Store>> = std::sync::Mutex::new(Vec::new());
-
-/// Opens the store `flag` names (else `$REINS_STORE`, else the default), closed by [`close_stores`] at exit.
-pub fn open_store(flag: Option<&Path>) -> Result<Store, CliError> {
-    open(flag)
-}
-
-fn open(flag: Option<&Path>) -> Result<Store, CliError> {
-    let path = store_path(flag)?;
-    let store = Store::open(&path).map_err(store_err)?;
-    OPENED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(store.clone());
-    Ok(store)
-}
-
-/// Closes every store the command opened, whatever way it ends (a run that ended, an error, a
-/// subcommand): waits for the runs' writers to hand their connections back, then checkpoints the
-/// write-ahead log into the store file, so that the file alone holds every session. A failure is a
-/// warning: what was not checkpointed is still safe in the `-wal` file beside the store.
-pub fn close_stores() {
-    let stores = std::mem::take(&mut *OPENED.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
-    for store in stores {
-        if let Err(e) = store.close() {
-            errln!("reins: warning: closing the session store: {e}");
-        }
-    }
-}
-
-/// A store error as the command reports it: an unknown or ambiguous id or a session that cannot be resumed is
-/// bad input (exit 2), anything else internal (exit 1).
-pub fn store_err(e: reins_store::StoreError) -> CliError {
-    use reins_store::StoreError as E;
-    match e {
-        E::NotFound(_)
-        | E::Ambiguous { .. }
-        | E::Resume { .. }
-        | E::Exists { .. }
-        | E::IsDirectory { .. }
-        | E::NotAFile { .. } => usage(e.to_string()),
-        other => CliError::Internal(anyhow::anyhow!(other)),
-    }
-}
-
-/// The store a `reins run` records in (`None` with `--no-store`).
-pub fn run_store(flags: &RunStoreFlags) -> Result<Option<Store>, CliError> {
-    if flags.no_store {
-        return Ok(None);
-    }
-    open(flags.store.as_deref()).map(Some)
-}
-
-/// The session `--resume ID` (or `--continue`: see [`latest_session`]) continues.
-pub fn resumed(
-    store: Option<&Store>,
-    flags: &RunStoreFlags,
-    workspace: Option<&Path>,
-) -> Result<Option<Session>, CliError> {
-    let Some(store) = store else { return Ok(None) };
-    let id = match (&flags.resume, flags.continue_last) {
-        (Some(id), _) => id.clone(),
-        (None, true) => latest_session(store, workspace)?,
-        (None, false) => return Ok(None),
-    };
-    let session = store.load(&id).map_err(store_err)?;
-    if session.summary.status == reins_store::INTERRUPTED_STATUS {
-        errln!(
-            "reins: session {} was interrupted (its process is gone without ending the run): resuming it; the calls it \
-             left unanswered get an error result",
-            session.id()
-        );
-    } else if session.summary.status == "running" {
-        if let reins_store::Liveness::Running(pid) = reins_store::liveness(store.path(), session.id()) {
-            let by = pid.map(|p| format!(" (process {p})")).unwrap_or_default();
-            return Err(usage(format!(
-                "session {} is still running{by}: wait for it to end, or stop it, before resuming it",
-                session.id()
-            )));
-        }
-    }
-    Ok(Some(session))
-}
-
-/// The session `--continue` continues: the newest recorded in `workspace` (else the current directory), else
-/// the newest of all (said on stderr).
-fn latest_session(store: &Store, workspace: Option<&Path>) -> Result<String, CliError> {
-    let sessions = store.list().map_err(store_err)?;
-    let here = match workspace {
-        Some(w) => Some(w.to_path_buf()),
-        None => std::env::current_dir().ok(),
-    };
-    let here = here.map(|h| std::fs::canonicalize(&h).unwrap_or(h));
-    let same = |s: &&reins_store::SessionSummary| {
-        let (Some(here), Some(ws)) = (&here, &s.workspace) else { return false };
-        let ws = PathBuf::from(ws);
-        std::fs::canonicalize(&ws).unwrap_or(ws) == *here
-    };
-    if let Some(s) = sessions.iter().find(same) {
-        return Ok(s.id.clone());
-    }
-    let Some(newest) = sessions.first() else {
-        return Err(usage(format!("--continue: no session is recorded in {}", store.path().display())));
-    };
-    errln!(
-        "reins: no session was recorded in this workspace: continuing the newest session, {} (workspace {})",
-        newest.id,
-        newest.workspace.as_deref().unwrap_or("none")
-    );
-    Ok(newest.id.clone())
 }
 
 /// `reins sessions rm`: deletes each session not running; exit 2 when one was refused or unknown.
@@ -313,31 +141,12 @@ fn prune(store: &Store, older_than: std::time::Duration, dry_run: bool) -> Resul
     Ok(0)
 }
 
-/// The agent recorded with the last run of `session` (for a session recorded before agents were, the one its
-/// recorded flags describe).
-pub fn session_agent(session: &Session) -> Result<AgentDef, CliError> {
-    recorded_def(session)?
-        .ok_or_else(|| usage(format!("session {} recorded no agent: give the model and tools as flags", session.id())))
-}
-
-fn recorded_def(session: &Session) -> Result<Option<AgentDef>, CliError> {
-    let runs = session.runs().map_err(store_err)?;
-    let config = runs.last().and_then(|r| r.start.config.clone()).unwrap_or(serde_json::Value::Null);
-    AgentDef::from_session_config(&config).map_err(|e| usage(format!("session {}: {e}", session.id())))
-}
-
-/// The id and recorded agent of session `id` (an id or a unique prefix) of the store.
-pub fn recorded_agent(store: Option<&Path>, id: &str) -> Result<(String, AgentDef), CliError> {
-    let session = open(store)?.load(id).map_err(store_err)?;
-    Ok((session.id().to_owned(), session_agent(&session)?))
-}
-
 /// `reins sessions ...`.
 pub fn sessions(args: SessionsArgs) -> Result<u8, CliError> {
     match args.command {
-        SessionsCommand::List { store, json } => list(&open(store.store.as_deref())?, json),
+        SessionsCommand::List { store, json } => list(&open_store(store.store.as_deref())?, json),
         SessionsCommand::Show { id, store, json, events } => {
-            let session = open(store.store.as_deref())?.load(&id).map_err(store_err)?;
+            let session = open_store(store.store.as_deref())?.load(&id).map_err(store_err)?;
             if json {
                 let agent = recorded_def(&session)?.map(|d| d.to_json());
                 let v = serde_json::json!({"session": session.summary, "agent": agent, "entries": session.entries});
@@ -347,9 +156,9 @@ pub fn sessions(args: SessionsArgs) -> Result<u8, CliError> {
             }
             Ok(0)
         }
-        SessionsCommand::View(args) => crate::view_cli::view(args),
+        SessionsCommand::View(args) => crate::session_page::view(args),
         SessionsCommand::Export { id, store } => {
-            let session = open(store.store.as_deref())?.load(&id).map_err(store_err)?;
+            let session = open_store(store.store.as_deref())?.load(&id).map_err(store_err)?;
             let mut out = String::new();
             for line in session.export_lines() {
                 out.push_str(&line);
@@ -358,12 +167,12 @@ pub fn sessions(args: SessionsArgs) -> Result<u8, CliError> {
             crate::output::stdout_raw(&out);
             Ok(0)
         }
-        SessionsCommand::Rm { ids, store } => remove(&open(store.store.as_deref())?, &ids),
+        SessionsCommand::Rm { ids, store } => remove(&open_store(store.store.as_deref())?, &ids),
         SessionsCommand::Prune { older_than, dry_run, store } => {
-            prune(&open(store.store.as_deref())?, older_than, dry_run)
+            prune(&open_store(store.store.as_deref())?, older_than, dry_run)
         }
         SessionsCommand::Backup { file, store } => {
-            let store = open(store.store.as_deref())?;
+            let store = open_store(store.store.as_deref())?;
             store.backup(&file).map_err(store_err)?;
             errln!("reins: backed up {} to {}", store.path().display(), file.display());
             Ok(0)
@@ -560,160 +369,4 @@ fn print_message_at(pad: &str, index: u64, m: &Message) {
             outln!("{pad}[{index}] ⇊ compaction: replaces {replaces} earlier items: {}", preview(content));
         }
     }
-}
-
-/// The scratch copy of a replay's workspace: a fresh private (0700) directory under the temp dir, removed on
-/// every way out (an error, a signal, even a second signal that exits at once).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn create() -> std::io::Result<Scratch> {
-        use std::os::unix::fs::PermissionsExt as _;
-        let dir = tempfile::Builder::new()
-            .prefix("reins-replay-")
-            .permissions(std::fs::Permissions::from_mode(0o700))
-            .tempdir()?
-            .keep();
-        crate::signals::remove_on_exit(&dir);
-        Ok(Scratch(dir))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        crate::signals::remove_dir(&self.0);
-        crate::signals::keep_on_exit(&self.0);
-    }
-}
-
-/// A replay stopped by a signal: its scratch copy removed, exit 7.
-fn cancelled_replay(scratch: Option<Scratch>) -> u8 {
-    let removed = if scratch.is_some() { "; its scratch copy was removed" } else { "" };
-    drop(scratch);
-    errln!("reins: the replay was cancelled{removed}");
-    7
-}
-
-/// `reins replay ID`: each run's recorded agent rebuilt (test tools, workspace tools over one scratch copy of
-/// the workspace, presets, MCP servers, context rules) and driven by the recorded responses.
-pub async fn replay(args: ReplayArgs) -> Result<u8, CliError> {
-    let cancel = CancellationToken::new();
-    crate::signals::cancel_on_signals(cancel.clone(), "the replay")?;
-    let session = open(args.store.store.as_deref())?.load(&args.id).map_err(store_err)?;
-    let runs = session.runs().map_err(store_err)?;
-    // Each run replays with the agent it recorded: a resume may have changed it. A run recorded by a library
-    // user without a definition replays with the default context rules.
-    let mut defs = Vec::with_capacity(runs.len());
-    for run in &runs {
-        let config = run.start.config.clone().unwrap_or(serde_json::Value::Null);
-        let def = AgentDef::from_session_config(&config)
-            .map_err(|e| usage(format!("session {}, run {}: {e}", session.id(), run.number)))?;
-        defs.push(def.unwrap_or_default());
-    }
-    let mut scratch = None;
-    if !args.no_tools {
-        // One scratch copy for the whole session (a run continues in what the runs before it left): of
-        // --workspace, else of the first workspace a run recorded.
-        let workspace = args.workspace.clone().or_else(|| defs.iter().find_map(|d| d.workspace.path.clone()));
-        if let Some(ws) = workspace {
-            if !ws.is_dir() {
-                return Err(usage(format!(
-                    "the workspace {} is not a directory: pass --workspace DIR, or --no-tools to replay the recorded results",
-                    ws.display()
-                )));
-            }
-            let guard = Scratch::create().map_err(|e| {
-                CliError::Internal(anyhow::anyhow!("creating the scratch directory for the replay: {e}"))
-            })?;
-            let (from, to, stop) = (ws.clone(), guard.0.clone(), cancel.clone());
-            let max = args.max_copy.unwrap_or(crate::scratch_copy::DEFAULT_MAX_COPY_BYTES);
-            let copied = tokio::task::spawn_blocking(move || crate::scratch_copy::copy_tree(&from, &to, max, &stop))
-                .await
-                .map_err(|e| CliError::Internal(anyhow::anyhow!("copying the workspace: {e}")))?;
-            if cancel.is_cancelled() {
-                return Ok(cancelled_replay(Some(guard)));
-            }
-            // On an error the scratch copy is removed (the guard is dropped).
-            copied.map_err(|e| {
-                use crate::scratch_copy::CopyError;
-                let message = format!("copying the workspace {} for the replay: {e}", ws.display());
-                match e {
-                    CopyError::Io(..) | CopyError::Cancelled => CliError::Internal(anyhow::anyhow!(message)),
-                    CopyError::TooLarge { .. } | CopyError::Changed(_) | CopyError::TooDeep(_) => usage(message),
-                }
-            })?;
-            scratch = Some(guard);
-        }
-    }
-    let mut servers = Vec::new();
-    let mut settings = Vec::with_capacity(defs.len());
-    for mut def in defs {
-        let context = def.build_context().map_err(crate::run::build_err)?;
-        let tools = if args.no_tools {
-            ReplayTools::Recorded
-        } else {
-            if def.workspace.path.is_some() || args.workspace.is_some() {
-                def.workspace.path = scratch.as_ref().map(|s: &Scratch| s.0.clone());
-            }
-            def.check_secrets().map_err(crate::run::build_err)?;
-            let list = def.build_tools().map_err(crate::run::build_err)?;
-            let mcp = match def.start_mcp().await {
-                Ok(m) => m,
-                Err(e) => {
-                    for m in &servers {
-                        crate::mcp_cli::finish(Some(m)).await;
-                    }
-                    return Err(crate::run::build_err(e));
-                }
-            };
-            let registry = match &mcp {
-                Some(m) => m.registry(list).map_err(|e| usage(e.to_string())),
-                None => reins::Registry::new(list).map_err(|e| usage(e.to_string())),
-            };
-            servers.extend(mcp);
-            ReplayTools::Live(Arc::new(registry?))
-        };
-        settings.push((tools, context));
-    }
-    let replayed = reins_store::replay_runs(&session, |run| {
-        let k = usize::try_from(run.number.saturating_sub(1)).unwrap_or(usize::MAX);
-        settings.get(k).cloned().unwrap_or_else(|| (ReplayTools::Recorded, reins::ContextConfig::default()))
-    });
-    let report = tokio::select! {
-        report = replayed => report,
-        // The replay's tool calls are dropped with it (their process groups killed).
-        () = cancel.cancelled() => {
-            for m in &servers {
-                crate::mcp_cli::finish(Some(m)).await;
-            }
-            return Ok(cancelled_replay(scratch));
-        }
-    };
-    for m in &servers {
-        crate::mcp_cli::finish(Some(m)).await;
-    }
-    let report = report.map_err(store_err)?;
-    drop(scratch);
-    if args.json {
-        jsonln!("{}", serde_json::to_string(&report).map_err(|e| CliError::Internal(e.into()))?);
-    } else {
-        match &report.divergence {
-            None => outln!(
-                "replay of session {}: identical ({} run(s), {} step(s){})",
-                report.session_id,
-                report.runs,
-                report.steps,
-                if report.unfinished_runs.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        "; runs {:?} had no recorded end and were compared up to their last item",
-                        report.unfinished_runs
-                    )
-                }
-            ),
-            Some(d) => outln!("replay of session {}: DIVERGED\n{d}", report.session_id),
-        }
-    }
-    Ok(if report.divergence.is_some() { 10 } else { 0 })
 }

@@ -256,7 +256,7 @@ impl AgentDef {
     pub fn provider_secrets(&self, api: reins_providers::Api) -> reins::Secrets {
         let p = &self.provider;
         let env = self.api_key_env().or_else(|| self.model.is_none().then(|| api.key_env().to_owned()));
-        let key = env.and_then(|e| std::env::var(e).ok());
+        let key = env.and_then(|e| reins_providers::env_key(&e));
         let userinfo = p.base_url.as_deref().map(reins::Secrets::url_userinfo).unwrap_or_default();
         reins::Secrets::new(key.into_iter().chain(p.headers.values().cloned()).chain(userinfo))
     }

@@ -239,9 +239,9 @@ impl fmt::Display for ModelSpec {
 impl FromStr for ModelSpec {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let hint = "expected PROVIDER:NAME: script:FILE, openai:MODEL, openai-chat:MODEL, anthropic:MODEL or a \
-                    provider by name (ollama, lmstudio, llamacpp, vllm, openrouter, groq, together, deepseek, mistral, \
-                    xai, azure)";
+        let hint = "expected PROVIDER:NAME: script:FILE, openai:MODEL, openai-chat:MODEL, anthropic:MODEL, \
+                    gemini:MODEL or a provider by name (ollama, lmstudio, llamacpp, vllm, openrouter, groq, together, \
+                    deepseek, mistral, xai, azure)";
         let Some((prefix, rest)) = s.split_once(':') else {
             return Err(format!("{hint}, not {s:?}"));
         };
@@ -255,9 +255,9 @@ impl FromStr for ModelSpec {
                 Ok(_) => Ok(Self(s.to_owned())),
                 Err(e) => Err(e.to_string().trim_start_matches("invalid model: ").to_owned()),
             },
-            // Other servers that speak OpenAI's Chat Completions (Gemini's OpenAI-compatible endpoint, ...) are
-            // reached through `openai-chat:` with their base URL: say so rather than leave a user guessing.
-            "gemini" | "google" | "bedrock" | "llama" | "llama.cpp" | "lm-studio" => Err(format!(
+            // Other servers that speak OpenAI's Chat Completions are reached through `openai-chat:` with their base
+            // URL: say so rather than leave a user guessing.
+            "google" | "bedrock" | "llama" | "llama.cpp" | "lm-studio" => Err(format!(
                 "{prefix:?} is not a provider of its own: reach it through its OpenAI-compatible endpoint with \
                  openai-chat:{rest} and [provider] base_url (or --base-url); {hint}"
             )),
@@ -522,7 +522,11 @@ mod tests {
             "azure:dep".parse::<ModelSpec>().unwrap().kind().0,
             ModelKind::Provider(reins_providers::Api::OpenAiResponses)
         );
-        for bad in ["gpt-4o", "script:", "openai:", "mystery:x", "openai: ", "groq:", "gemini:x"] {
+        assert_eq!(
+            "gemini:gemini-2.5-flash".parse::<ModelSpec>().unwrap().kind().0,
+            ModelKind::Provider(reins_providers::Api::Gemini)
+        );
+        for bad in ["gpt-4o", "script:", "openai:", "mystery:x", "openai: ", "groq:", "gemini:", "google:x"] {
             assert!(bad.parse::<ModelSpec>().is_err(), "{bad}");
         }
     }

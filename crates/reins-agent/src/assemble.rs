@@ -353,7 +353,14 @@ impl AgentDef {
         if configs.is_empty() {
             return Ok(None);
         }
-        Ok(Some(Arc::new(McpTools::start(configs).await?)))
+        let mcp = McpTools::start(configs).await?;
+        // With a workspace, a result over the bound is written whole beneath its scratch folder (`.reins/spill/`),
+        // where the model can read it back; the model is shown its head and tail.
+        if let Some(root) = &self.workspace.path {
+            let cut = self.context.max_tool_result_chars.map_or(DEFAULT_MAX_TOOL_RESULT_CHARS, |n| n.get());
+            mcp.set_spill(root, usize::try_from(cut).unwrap_or(usize::MAX));
+        }
+        Ok(Some(Arc::new(mcp)))
     }
 
     /// The limits of a run.

@@ -311,6 +311,10 @@ pub struct McpServerDef {
     /// The time allowed for one call (default 2m).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call_timeout: Option<Dur>,
+    /// `false` keeps the server's resources from the model (by default they are the tools
+    /// `NAME__list_resources` and `NAME__read_resource`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<bool>,
 }
 
 impl McpServerDef {
@@ -358,6 +362,9 @@ impl McpServerDef {
         }
         if let Some(t) = self.call_timeout {
             config = config.call_timeout(t.0);
+        }
+        if let Some(on) = self.resources {
+            config = config.resources(on);
         }
         Ok(config)
     }

@@ -38,6 +38,8 @@ const HELP: &str = "\
   /cost          tokens and cost: this chat's turns and the whole session
   /compact       summarize the conversation so far (summarize strategy under a context budget)
   /resume ID     continue another recorded session (its agent, as `reins chat --resume ID`)
+  /prompt SERVER/NAME [KEY=VALUE ...]
+                 send an MCP server's prompt as your message (`reins mcp list` shows them)
   /help          this list
   a line ending in \\ continues on the next line; //text sends /text
   Ctrl-C cancels the turn in progress (at the prompt: clears the line)";
@@ -92,7 +94,8 @@ pub async fn chat(args: ChatArgs) -> Result<u8, CliError> {
     let history = if no_history { None } else { open_history(&input) };
     listen(end.clone(), turn.clone(), Arc::clone(&started), terminal.clone())?;
     let answers = Arc::new(ChatAnswers { input: Arc::clone(&input), turn: turn.clone() });
-    let approver: Arc<dyn reins::Approver> = Arc::new(crate::terminal_approver::TerminalApprover::with_answers(answers));
+    let approver: Arc<dyn reins::Approver> =
+        Arc::new(crate::terminal_approver::TerminalApprover::with_answers(answers));
     let result = session_loop(&mut run, first, &end, &turn, &started, &input, history, approver).await;
     terminal.restore();
     result
@@ -163,6 +166,10 @@ async fn session_loop(
                 "cost" => chat.cost(),
                 "compact" => chat.turn(Ask::Compact, end, slot).await.unwrap_or_else(say),
                 "resume" => chat.resume(run, rest, end, slot).await.unwrap_or_else(say),
+                "prompt" => match mcp_prompt(&chat, rest).await {
+                    Ok(text) => chat.turn(Ask::Say(&text), end, slot).await.unwrap_or_else(say),
+                    Err(e) => errln!("{e}"),
+                },
                 other => errln!("unknown command /{other}; /help lists them"),
             },
         }
@@ -175,6 +182,15 @@ async fn session_loop(
         return Ok(crate::exit::code_for(Status::Aborted));
     }
     Ok(0)
+}
+
+/// `/prompt SERVER/NAME [KEY=VALUE ...]`: the text of that prompt of the chat's MCP servers (the words split
+/// as a shell would, so a value can hold spaces in quotes).
+async fn mcp_prompt(chat: &Chat, rest: &str) -> Result<String, String> {
+    let usage = "/prompt SERVER/NAME [KEY=VALUE ...]: an MCP server's prompt (`reins mcp list` shows them)";
+    let words = shlex::split(rest).ok_or_else(|| format!("{usage}: unbalanced quotes"))?;
+    let (spec, args) = words.split_first().ok_or_else(|| usage.to_owned())?;
+    crate::mcp_prompt::get(chat.setup.mcp.as_ref(), spec, args).await.map_err(|e| format!("/prompt {e}"))
 }
 
 /// `reins chat`'s default beneath every layer: approvals for writes.
@@ -324,12 +340,13 @@ impl Chat {
             _ => None,
         };
         let streamed = Arc::clone(&self.streamed);
-        let agent = crate::run_session::agent_builder(parts, store, session.as_ref(), Some(Arc::clone(&self.approver)))?
-            .limits(limits.clone())
-            .observer(move |e: &Event| show(e, &streamed))
-            .include_content(true)
-            .build()
-            .map_err(|e| usage(e.to_string()))?;
+        let agent =
+            crate::run_session::agent_builder(parts, store, session.as_ref(), Some(Arc::clone(&self.approver)))?
+                .limits(limits.clone())
+                .observer(move |e: &Event| show(e, &streamed))
+                .include_content(true)
+                .build()
+                .map_err(|e| usage(e.to_string()))?;
         let text = match ask {
             Ask::Say(t) => Some(t),
             Ask::Continue | Ask::Compact => None,

@@ -32,6 +32,13 @@ pub struct InstructionFlags {
     /// from standard input.
     #[arg(long, value_name = "FILE", conflicts_with = "prompt")]
     pub prompt_file: Option<PathBuf>,
+    /// Uses a prompt of an MCP server of the run as the prompt: SERVER/NAME (`reins mcp list` shows them). A
+    /// prompt given too is added after it.
+    #[arg(long, value_name = "SERVER/NAME", conflicts_with = "prompt_file")]
+    pub mcp_prompt: Option<String>,
+    /// An argument of the --mcp-prompt, KEY=VALUE; repeatable.
+    #[arg(short = 'a', long = "prompt-arg", value_name = "KEY=VALUE", requires = "mcp_prompt")]
+    pub prompt_args: Vec<String>,
 }
 
 /// The prompt: from `--prompt-file`, from standard input when the prompt is `-`, else as given. A prompt

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
-use reins_mcp::{McpServer, ServerConfig, Transport, make_tools};
+use reins_mcp::{McpServer, ServerConfig, Transport};
 
 use crate::exit::{CliError, usage};
 use crate::mcp_servers::McpFlags;
@@ -50,7 +50,12 @@ struct ServerReport {
     server: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+    /// The protocol revision spoken with it (`2026-07-28`, `2025-11-25`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    protocol: Option<String>,
     tools: Vec<reins::ToolSpec>,
+    resources: Vec<reins_mcp::RemoteResource>,
+    prompts: Vec<reins_mcp::RemotePrompt>,
 }
 
 /// `reins mcp ...`.
@@ -114,7 +119,10 @@ async fn probe(config: ServerConfig) -> ServerReport {
         started: false,
         server: None,
         error: None,
+        protocol: None,
         tools: Vec::new(),
+        resources: Vec::new(),
+        prompts: Vec::new(),
     };
     let server = match McpServer::connect(config).await {
         Ok(s) => Arc::new(s),
@@ -124,10 +132,18 @@ async fn probe(config: ServerConfig) -> ServerReport {
         }
     };
     report.server = server.server_info().map(str::to_owned);
-    match server.list_tools().await.and_then(|listed| make_tools(&server, listed)) {
-        Ok(tools) => {
+    report.protocol = Some(server.protocol_version().to_owned()).filter(|p| !p.is_empty());
+    let listed = async {
+        let tools = reins_mcp::server_tools(&server).await?;
+        let resources = if server.config().resources { server.list_resources().await? } else { Vec::new() };
+        Ok::<_, reins_mcp::McpError>((tools, resources, server.list_prompts().await?))
+    };
+    match listed.await {
+        Ok((tools, resources, prompts)) => {
             report.started = true;
             report.tools = tools.iter().map(|t| t.spec().clone()).collect();
+            report.resources = resources;
+            report.prompts = prompts;
         }
         Err(e) => report.error = Some(e.to_string()),
     }
@@ -146,15 +162,41 @@ fn describe(transport: &Transport) -> String {
     }
 }
 
+/// The resources and prompts of a server, after its tools.
+fn render_extras(out: &mut String, r: &ServerReport) {
+    let first_line = |s: &str| -> String { s.lines().next().unwrap_or("").trim().chars().take(100).collect() };
+    if !r.resources.is_empty() {
+        out.push_str("  resources:\n");
+        for res in &r.resources {
+            let kind = if res.template { "template " } else { "" };
+            let mime = res.mime_type.as_deref().map(|m| format!(" ({m})")).unwrap_or_default();
+            out.push_str(&format!("    {kind}{}  {}{mime}\n", res.uri, first_line(&res.name)));
+        }
+    }
+    if !r.prompts.is_empty() {
+        out.push_str("  prompts (reins run --mcp-prompt SERVER/NAME -a KEY=VALUE):\n");
+        for p in &r.prompts {
+            let args: Vec<String> =
+                p.arguments.iter().map(|a| if a.required { a.name.clone() } else { format!("[{}]", a.name) }).collect();
+            let args = if args.is_empty() { String::new() } else { format!(" {}", args.join(" ")) };
+            out.push_str(&format!("    {}/{}{args}  {}\n", r.name, p.name, first_line(&p.description)));
+        }
+    }
+}
+
 fn render(r: &ServerReport) -> String {
     let mut out = String::new();
     if r.started {
         let server = r.server.as_deref().map(|s| format!(" ({s})")).unwrap_or_default();
         let n = r.tools.len();
+        let protocol = r.protocol.as_deref().map(|p| format!(", protocol {p}")).unwrap_or_default();
+        let (nr, np) = (r.resources.len(), r.prompts.len());
         out.push_str(&format!(
-            "{}: started{server}, {n} tool{}; {}\n",
+            "{}: started{server}{protocol}, {n} tool{}, {nr} resource{}, {np} prompt{}; {}\n",
             r.name,
             if n == 1 { "" } else { "s" },
+            if nr == 1 { "" } else { "s" },
+            if np == 1 { "" } else { "s" },
             r.transport
         ));
         let width = r.tools.iter().map(|t| t.name.len()).max().unwrap_or(0);
@@ -164,6 +206,7 @@ fn render(r: &ServerReport) -> String {
             let more = if first_line.chars().count() > 100 { "..." } else { "" };
             out.push_str(&format!("  {:width$}  {desc}{more}\n", t.name));
         }
+        render_extras(&mut out, r);
     } else {
         let error = r.error.as_deref().unwrap_or("unknown error");
         out.push_str(&format!("{}: did not start; {}\n  {error}\n", r.name, r.transport));

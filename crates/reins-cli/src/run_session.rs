@@ -120,7 +120,11 @@ pub async fn setup(
 /// `reins run`, or with `given` decisions `reins approve` (the session to continue is `--resume`).
 pub async fn run_with(args: RunArgs, given: Option<crate::decisions::Given>) -> Result<u8, CliError> {
     let resuming = args.store.resume.is_some() || args.store.continue_last;
-    if args.prompt.is_none() && !resuming && args.instructions.prompt_file.is_none() {
+    if args.prompt.is_none()
+        && !resuming
+        && args.instructions.prompt_file.is_none()
+        && args.instructions.mcp_prompt.is_none()
+    {
         return Err(usage(
             "a prompt is required (or --prompt-file FILE, or --resume ID / --continue to continue a session)",
         ));
@@ -135,6 +139,7 @@ pub async fn run_with(args: RunArgs, given: Option<crate::decisions::Given>) -> 
     let cancel = CancellationToken::new();
     crate::signals::cancel_on_signals(cancel.clone(), "the run")?;
     let Setup { store, session, parts, mcp } = setup(&args, &cancel, |_| {}).await?;
+    let prompt = crate::mcp_prompt::run_prompt(mcp.as_ref(), &args.instructions, prompt).await?;
     let state = match &session {
         Some(s) => Some(
             s.resume_state(parts.limits.clone(), &parts.context, prompt.as_deref())

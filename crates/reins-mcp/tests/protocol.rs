@@ -76,21 +76,14 @@ async fn resources_of_server_everything_are_listed_read_validated_and_bounded() 
         .find(|r| !r.template && r.mime_type.as_deref().is_some_and(|m| m.starts_with("text/")))
         .expect("a text resource")
         .uri;
-    let blob_uri = mcp.servers()[0]
-        .list_resources()
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|r| !r.template && r.mime_type.as_deref().is_some_and(|m| m == "application/octet-stream"))
-        .map(|r| r.uri);
-    let mut calls = vec![
+    // A binary resource, made from server-everything's blob template.
+    let blob_uri = "demo://resource/dynamic/blob/1";
+    let calls = vec![
         ToolCall::new("list", "ev__list_resources", json!({})),
         ToolCall::new("read", "ev__read_resource", json!({"uri": text_uri})),
         ToolCall::new("bad", "ev__read_resource", json!({"url": "x"})),
+        ToolCall::new("blob", "ev__read_resource", json!({"uri": blob_uri})),
     ];
-    if let Some(uri) = &blob_uri {
-        calls.push(ToolCall::new("blob", "ev__read_resource", json!({"uri": uri})));
-    }
     let model = Arc::new(ScriptedModel::new(vec![ModelResponse::tool_calls("", calls), ModelResponse::text("ok")]));
     let context = ContextConfig { max_tool_result_chars: Some(300), ..ContextConfig::default() };
     let agent = Agent::builder_shared(model).registry(registry).context(context).build().unwrap();
@@ -104,10 +97,9 @@ async fn resources_of_server_everything_are_listed_read_validated_and_bounded() 
     assert!(!is_error && !read.is_empty() && read.chars().count() <= 300, "{read}");
     let (bad, is_error) = result(&outcome, "bad");
     assert!(is_error && bad.contains("uri"), "refused before it reached the server: {bad}");
-    if blob_uri.is_some() {
-        let (blob, is_error) = result(&outcome, "blob");
-        assert!(!is_error && blob.contains("not shown"), "a binary resource is described, never dumped: {blob}");
-    }
+    let (blob, is_error) = result(&outcome, "blob");
+    assert!(!is_error && blob.contains("not shown"), "a binary resource is described, never dumped: {blob}");
+    assert!(blob.contains(blob_uri), "{blob}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -98,6 +98,15 @@ TOOLS = [
         },
     ),
     types.Tool(
+        name="lines",
+        description="Answers with `count` numbered lines of about 52 characters each.",
+        input_schema={
+            "type": "object",
+            "properties": {"count": {"type": "integer", "minimum": 0}},
+            "required": ["count"],
+        },
+    ),
+    types.Tool(
         name="enable_extra",
         description="Adds the tool `extra` and announces the change.",
         input_schema={"type": "object"},
@@ -160,6 +169,9 @@ async def call_tool(ctx, params):
         return types.CallToolResult(content=text("slept"))
     if params.name == "big":
         return types.CallToolResult(content=text("b" * int(args["bytes"])))
+    if params.name == "lines":
+        body = "".join(f"line {i:06d} " + "x" * 40 + "\n" for i in range(1, int(args["count"]) + 1))
+        return types.CallToolResult(content=text(body))
     if params.name == "enable_extra":
         extra_enabled = True
         await announce_tools_changed(ctx)

@@ -181,6 +181,7 @@ fn admits_numbers(schema: &Value) -> bool {
 }
 
 /// True for an integer beyond ±2^53 or a non-finite number.
+#[inline]
 pub(super) fn is_unsafe(n: &serde_json::Number) -> bool {
     if let Some(u) = n.as_u64() {
         u > MAX_SAFE_INTEGER

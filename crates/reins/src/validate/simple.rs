@@ -60,6 +60,8 @@ enum Node {
     Any,
     /// No value (`false`).
     Never,
+    /// Only `type` (the most common property schema): checked inline.
+    Types(u8),
     Check(Box<Checks>),
 }
 
@@ -176,6 +178,16 @@ fn node(schema: &Value, depth: usize, root: bool) -> Option<Node> {
     if !constrained {
         return Some(Node::Any);
     }
+    let only_types = checks.allowed.is_none()
+        && checks.min_length.is_none()
+        && checks.max_length.is_none()
+        && checks.lower.is_empty()
+        && checks.upper.is_empty()
+        && checks.object.is_none()
+        && checks.array.is_none();
+    if only_types {
+        return Some(Node::Types(checks.types));
+    }
     // `enum`/`const` values whose type is not admitted are never met; they change nothing.
     Some(Node::Check(Box::new(checks)))
 }
@@ -267,13 +279,38 @@ fn array(map: &Map<String, Value>, depth: usize) -> Option<ArrayChecks> {
 }
 
 impl Node {
+    #[inline]
     fn is_valid(&self, value: &Value) -> bool {
         match self {
+            Node::Types(types) => type_is_valid(*types, value),
+            Node::Check(checks) => checks.is_valid(value),
             Node::Any => !has_unsafe_number(value),
             Node::Never => false,
-            Node::Check(checks) => checks.is_valid(value),
         }
     }
+}
+
+/// A value of one of `types`, holding no unsafe number.
+#[inline]
+fn type_is_valid(types: u8, value: &Value) -> bool {
+    match value {
+        Value::Null => types & NULL != 0,
+        Value::Bool(_) => types & BOOLEAN != 0,
+        Value::String(_) => types & STRING != 0,
+        Value::Number(n) => number_type_is_valid(types, n),
+        Value::Array(_) => types & ARRAY != 0 && !has_unsafe_number(value),
+        Value::Object(_) => types & OBJECT != 0 && !has_unsafe_number(value),
+    }
+}
+
+/// A safe number of one of `types` (an integer type admits integral numbers only).
+#[inline]
+fn number_type_is_valid(types: u8, n: &Number) -> bool {
+    if is_unsafe(n) {
+        return false;
+    }
+    types & NUMBER != 0
+        || (types & INTEGER != 0 && (n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0)))
 }
 
 impl Checks {
@@ -308,11 +345,7 @@ impl Checks {
     }
 
     fn number_is_valid(&self, n: &Number) -> bool {
-        if is_unsafe(n) {
-            return false;
-        }
-        let integral = n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0);
-        if self.types & NUMBER == 0 && !(self.types & INTEGER != 0 && integral) {
+        if !number_type_is_valid(self.types, n) {
             return false;
         }
         if self.lower.is_empty() && self.upper.is_empty() {
@@ -335,7 +368,12 @@ impl ObjectChecks {
         for (key, value) in map {
             match self.property(key) {
                 Some(p) => {
-                    if !p.node.is_valid(value) {
+                    // The common property schema, a bare `type`, checked here rather than by a call.
+                    let valid = match &p.node {
+                        Node::Types(types) => type_is_valid(*types, value),
+                        node => node.is_valid(value),
+                    };
+                    if !valid {
                         return false;
                     }
                     required += usize::from(p.required);

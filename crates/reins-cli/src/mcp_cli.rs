@@ -34,7 +34,7 @@ struct McpListArgs {
     /// An agent file whose [mcp.NAME] tables configure servers (the same file as `reins run --agent`); the
     /// user config and its --profile apply too.
     #[command(flatten)]
-    agent_file: crate::resolve::AgentFileFlags,
+    agent_file: crate::run_args::AgentFileFlags,
     /// Prints one JSON object instead of text.
     #[arg(long)]
     json: bool,

@@ -48,6 +48,7 @@ mod history;
 mod instructions_cli;
 mod loopback;
 mod mcp_cli;
+mod mcp_login;
 mod mcp_prompt;
 mod mcp_serve;
 mod mcp_servers;

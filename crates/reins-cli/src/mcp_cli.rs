@@ -24,6 +24,12 @@ enum McpCommand {
     /// --listen over streamable HTTP on loopback behind a bearer token. Every call is a run recorded as a
     /// session; an approval it needs is asked of the client as an elicitation (declined: the call is denied).
     Serve(crate::mcp_serve::McpServeArgs),
+    /// Logs in to an HTTP MCP server with OAuth (authorization code with PKCE through a loopback redirect:
+    /// opens the browser, or prints the URL to open) and keeps its tokens in a private file beneath the user's
+    /// data directory. Exits 0 when logged in, 1 when the login failed, 2 on bad flags or config, 7 on a signal.
+    Login(crate::mcp_login::McpLoginArgs),
+    /// Forgets the OAuth login of an MCP server (removes its token file). Exits 0, or 1 when there was none.
+    Logout(crate::mcp_login::McpLogoutArgs),
 }
 
 /// Flags of `reins mcp list`.
@@ -63,21 +69,26 @@ pub async fn mcp(args: McpArgs) -> Result<u8, CliError> {
     match args.command {
         McpCommand::List(list) => mcp_list(list).await,
         McpCommand::Serve(serve) => crate::mcp_serve::serve(serve).await,
+        McpCommand::Login(login) => crate::mcp_login::login(login).await,
+        McpCommand::Logout(logout) => crate::mcp_login::logout(&logout),
     }
 }
 
 /// The servers of the user config, the agent file and `--mcp`, resolved as `reins run` resolves them.
-fn configs(args: &McpListArgs) -> Result<Vec<ServerConfig>, CliError> {
+pub(crate) fn configs(
+    servers: &McpFlags,
+    agent_file: &crate::run_args::AgentFileFlags,
+) -> Result<Vec<ServerConfig>, CliError> {
     let mut layers = Vec::new();
     if let Some(path) = reins_agent::user_config_path() {
         let user = reins_agent::UserConfig::read(&path).map_err(crate::resolve::def_err)?;
-        layers.extend(user.layers(args.agent_file.profile.as_deref()).map_err(crate::resolve::def_err)?);
+        layers.extend(user.layers(agent_file.profile.as_deref()).map_err(crate::resolve::def_err)?);
     }
-    if let Some(path) = &args.agent_file.agent {
+    if let Some(path) = &agent_file.agent {
         layers.push(reins_agent::agent_file_layer(path).map_err(crate::resolve::def_err)?);
     }
     let mut flags = reins_agent::AgentDef::default();
-    for spec in &args.flags.servers {
+    for spec in &servers.servers {
         let (name, server) = reins_agent::McpServerDef::from_spec(spec).map_err(|e| usage(format!("--mcp: {e}")))?;
         flags.mcp.insert(name, server);
     }
@@ -87,7 +98,7 @@ fn configs(args: &McpListArgs) -> Result<Vec<ServerConfig>, CliError> {
 }
 
 async fn mcp_list(args: McpListArgs) -> Result<u8, CliError> {
-    let configs = configs(&args)?;
+    let configs = configs(&args.flags, &args.agent_file)?;
     if configs.is_empty() {
         return Err(usage("no MCP servers configured: pass --mcp NAME=COMMAND or --agent FILE with [mcp.NAME] tables"));
     }

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::header::{HeaderName, HeaderValue};
-use rmcp::ServiceExt;
+use rmcp::ClientServiceExt;
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::common::client_side_sse::SseRetryPolicy;
@@ -86,9 +86,21 @@ pub(crate) async fn connect<H: rmcp::ClientHandler>(
     let served = match login {
         Some(manager) => {
             let client = rmcp::transport::AuthClient::new(client, manager);
-            handler.serve(StreamableHttpClientTransport::with_client(client, config)).await
+            handler
+                .serve_with_lifecycle(
+                    StreamableHttpClientTransport::with_client(client, config),
+                    crate::server::lifecycle(),
+                )
+                .await
         }
-        None => handler.serve(StreamableHttpClientTransport::with_client(client, config)).await,
+        None => {
+            handler
+                .serve_with_lifecycle(
+                    StreamableHttpClientTransport::with_client(client, config),
+                    crate::server::lifecycle(),
+                )
+                .await
+        }
     };
     served.map_err(|e| match refused.lock().ok().and_then(|slot| slot.clone()) {
         Some(message) => ConnectError::Failed(message),

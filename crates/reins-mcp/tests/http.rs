@@ -54,6 +54,8 @@ async fn a_scripted_run_uses_an_http_server_end_to_end() {
     let mcp = McpTools::start(vec![config.startup_timeout(Duration::from_secs(60))]).await.unwrap();
     let registry = mcp.registry(Vec::new()).unwrap();
     assert!(registry.get("web__get-sum").is_some(), "{registry:?}");
+    // server/discover is answered with an error over HTTP too: the initialize handshake follows.
+    assert_eq!(mcp.servers()[0].protocol_version(), "2025-11-25");
     let model = Arc::new(ScriptedModel::new(vec![
         ModelResponse::tool_calls(
             "",

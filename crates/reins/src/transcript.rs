@@ -30,8 +30,8 @@ pub struct Transcript {
     prefix: Vec<u64>,
     /// Index of the first message of every group after the first message.
     group_starts: Vec<usize>,
-    /// Call ids of the newest assistant turn still waiting for results, in order.
-    pending: Vec<String>,
+    /// Call ids of the newest assistant turn still waiting for results, in order (the calls' own, shared).
+    pending: Vec<Arc<str>>,
     /// How many of `pending` have a result.
     answered: usize,
     /// The newest summary item: `(its index, the index of the first item it does not replace)`.
@@ -172,7 +172,7 @@ impl Transcript {
                             return err(format!("call id {:?} appears twice in one turn", c.id));
                         }
                     }
-                    self.pending.extend(tool_calls.iter().map(|c| String::from(&*c.id)));
+                    self.pending.extend(tool_calls.iter().map(|c| Arc::clone(&c.id)));
                 }
                 self.group_starts.push(index);
             }
@@ -197,7 +197,7 @@ impl Transcript {
                 self.summary = Some((index, boundary));
             }
             Message::ToolResult(r) => match self.pending.get(self.answered) {
-                Some(id) if *id == r.call_id => self.answered += 1,
+                Some(id) if **id == *r.call_id => self.answered += 1,
                 Some(id) => {
                     return err(format!("result for {:?} where the result for call {:?} is due", r.call_id, id));
                 }
@@ -246,6 +246,11 @@ impl Transcript {
     /// Appends the result of the next call waiting for one.
     pub fn push_result(&mut self, result: ToolResult, counter: &dyn TokenCounter) -> Result<(), TranscriptError> {
         let size = counter.count(&result.content);
+        self.append(Message::ToolResult(result), size)
+    }
+
+    /// Appends the result of the next call waiting for one, already measured with the transcript's counter.
+    pub(crate) fn push_result_measured(&mut self, result: ToolResult, size: u64) -> Result<(), TranscriptError> {
         self.append(Message::ToolResult(result), size)
     }
 
@@ -322,7 +327,7 @@ impl Transcript {
     }
 
     /// The calls of the newest turn that still have no result.
-    pub fn unanswered(&self) -> &[String] {
+    pub fn unanswered(&self) -> &[Arc<str>] {
         &self.pending[self.answered..]
     }
 

@@ -182,7 +182,7 @@ impl RunState {
         if let Some(detail) = self.batch_exceeds_context(n, assistant_size, registry, ctx) {
             return self.end(Status::ContextLimit, None, Some(detail));
         }
-        let (plans, stop) = plan_calls(assistant.tool_calls(), registry, policy);
+        let (plans, stop) = plan_calls(assistant.tool_calls(), registry, policy, std::mem::take(&mut self.spare_plans));
         self.tool_calls += n;
         if let Err(e) = self.transcript.push_measured(assistant, assistant_size) {
             return self.end(Status::ModelError, None, Some(e.to_string()));
@@ -190,6 +190,7 @@ impl RunState {
         if let Some(reason) = stop {
             let message = format!("not run: the run was stopped by policy: {reason}");
             for id in self.transcript.unanswered().to_vec() {
+                let id = String::from(&*id);
                 let _ = self.transcript.push_result(ToolResult::new(id, message.clone(), true), counter);
             }
             return self.end(Status::Aborted, None, Some(format!("stopped by policy: {reason}")));
@@ -351,8 +352,14 @@ pub(super) fn final_status(finish: Option<&FinishReason>) -> Option<(Status, Str
 
 /// Each call of a batch validated against its tool's schema and put to the policy, in order: its plan, and
 /// the reason of a policy's `stop` (the calls from that one on get no plan).
-fn plan_calls(calls: &[ToolCall], registry: &Registry, policy: Option<&dyn Policy>) -> (Vec<Plan>, Option<String>) {
-    let mut plans = Vec::with_capacity(calls.len());
+/// `plans` is empty storage to reuse.
+fn plan_calls(
+    calls: &[ToolCall],
+    registry: &Registry,
+    policy: Option<&dyn Policy>,
+    mut plans: Vec<Plan>,
+) -> (Vec<Plan>, Option<String>) {
+    plans.reserve(calls.len());
     for call in calls {
         let plan = match registry.check(&call.name, &call.arguments) {
             Err(e) => Plan::Reject { message: e.to_string() },

@@ -288,7 +288,10 @@ impl RunState {
         let held = Held { results: if results.iter().all(Option::is_none) { Vec::new() } else { results }, agents };
         let unanswered = transcript.unanswered();
         let ids: Vec<&str> = pending.iter().map(|p| p.call_id.as_str()).collect();
-        if pending.is_empty() || unanswered.len() != pending.len() || unanswered.iter().zip(&ids).any(|(a, b)| a != b) {
+        if pending.is_empty()
+            || unanswered.len() != pending.len()
+            || unanswered.iter().zip(&ids).any(|(a, b)| **a != **b)
+        {
             return Err(ConfigError(format!(
                 "the waiting batch ({}) is not the transcript's unanswered calls ({})",
                 ids.join(", "),

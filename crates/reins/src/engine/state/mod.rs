@@ -223,6 +223,10 @@ impl std::fmt::Debug for ToolsSize {
     }
 }
 
+/// A result of a batch recorded under a context budget: its text, whether it is an error, its images and its
+/// size in the counter's unit.
+type ResultText = (String, bool, Vec<crate::image::Image>, u64);
+
 /// The serializable state of one run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunState {
@@ -268,6 +272,13 @@ pub struct RunState {
     /// The reasoning items of the response being taken, until its assistant turn is recorded with them.
     #[serde(skip)]
     pending_reasoning: Vec<crate::message::Reasoning>,
+    /// The storage of the last recorded batch's plans, kept for the next batch's.
+    #[serde(skip)]
+    spare_plans: Vec<Plan>,
+    /// The storage of the last batch's result texts under a context budget (text, error, images, size), kept
+    /// for the next batch's.
+    #[serde(skip)]
+    spare_texts: Vec<ResultText>,
     /// What its sub-agents spent, by name (their usage is in `usage` too).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     agents: BTreeMap<String, AgentTotals>,

@@ -1,12 +1,12 @@
 //! The results of the admitted batch recorded: bounded one by one and together under the context budget,
 //! an edited call's result noted as such; and a run ended from outside.
 
-use crate::context::{ContextConfig, bound_text, bound_to_units, fair_shares};
+use crate::context::{ContextConfig, TokenCounter, bound_text, bound_to_units, fair_shares};
 use crate::image::Image;
 use crate::message::ToolResult;
 use crate::outcome::Status;
 
-use super::{CallResult, Held, MIN_RESULT_UNITS, Phase, RunState};
+use super::{CallResult, Held, MIN_RESULT_UNITS, Phase, ResultText, RunState};
 
 impl RunState {
     /// Records the results of the admitted batch, in call order. `None` marks a call that did not finish:
@@ -20,7 +20,7 @@ impl RunState {
         end: Option<(Status, String)>,
         ctx: &ContextConfig,
     ) {
-        let Phase::AwaitingTools { assistant_size, edits, .. } = std::mem::replace(&mut self.phase, Phase::Ready)
+        let Phase::AwaitingTools { plans, assistant_size, edits } = std::mem::replace(&mut self.phase, Phase::Ready)
         else {
             return;
         };
@@ -29,63 +29,113 @@ impl RunState {
         }
         let counter = ctx.counter.as_ref();
         let mut results = results.into_iter();
-        let mut texts: Vec<(String, String, bool, Vec<Image>)> = self
-            .transcript
-            .unanswered()
-            .iter()
-            .enumerate()
-            .map(|(i, id)| {
-                let mut r = results.next().flatten().unwrap_or_else(|| CallResult::text(unfinished, true));
-                if let Some(Some(e)) = edits.get(i) {
-                    r.content = format!("{EDIT_NOTE}{}: {}]\n{}", e.by, e.call.arguments, r.content);
-                }
-                let content = match ctx.max_tool_result_chars {
-                    // Within the limit in bytes is within it in characters: keep the string as it is.
-                    Some(max) if r.content.len() > max => bound_text(&r.content, max),
-                    _ => r.content,
-                };
-                (id.clone(), content, r.is_error, r.images)
-            })
-            .collect();
-        if let Some(budget) = ctx.max_context {
-            let fixed = self.instructions_size.saturating_add(self.tools_size.as_ref().map_or(0, |t| t.size));
-            let mut available = budget
-                .saturating_sub(fixed)
-                .saturating_sub(self.transcript.first_size())
-                .saturating_sub(assistant_size);
-            // Images are not cut: when the batch's images do not fit with room for the texts, they are left
-            // out, and each result that had some says so.
-            let images: u64 =
-                texts.iter().flat_map(|t| &t.3).fold(0u64, |a, i| a.saturating_add(counter.count_image(i)));
-            if images > 0 {
-                if images.saturating_add(MIN_RESULT_UNITS.saturating_mul(texts.len() as u64)) > available {
-                    for t in texts.iter_mut().filter(|t| !t.3.is_empty()) {
-                        let n = std::mem::take(&mut t.3).len();
-                        t.1.push_str(&format!("\n[{n} image(s) left out: they do not fit the context budget]"));
-                    }
-                } else {
-                    available -= images;
-                }
+        // The text of each call's result (in call order), its own bound applied.
+        let mut text = |i: usize| {
+            let mut r = results.next().flatten().unwrap_or_else(|| CallResult::text(unfinished, true));
+            if let Some(Some(e)) = edits.get(i) {
+                r.content = format!("{EDIT_NOTE}{}: {}]\n{}", e.by, e.call.arguments, r.content);
             }
-            let sizes: Vec<u64> = texts.iter().map(|t| counter.count(&t.1)).collect();
-            if sizes.iter().fold(0u64, |a, s| a.saturating_add(*s)) > available {
-                let shares = fair_shares(&sizes, available);
-                for (t, (size, share)) in texts.iter_mut().zip(sizes.iter().zip(shares)) {
-                    if *size > share {
-                        t.1 = bound_to_units(&t.1, share, counter).0;
-                    }
-                }
-            }
+            let content = match ctx.max_tool_result_chars {
+                // Within the limit in bytes is within it in characters: keep the string as it is.
+                Some(max) if r.content.len() > max => bound_text(&r.content, max),
+                _ => r.content,
+            };
+            (content, r.is_error, r.images)
+        };
+        let n = self.transcript.unanswered().len();
+        let recorded = if ctx.max_context.is_none() {
+            self.record_each(n, text, counter)
+        } else {
+            let mut texts = std::mem::take(&mut self.spare_texts);
+            texts.extend((0..n).map(|i| {
+                let (content, is_error, images) = text(i);
+                (content, is_error, images, 0u64)
+            }));
+            self.record_shared(texts, assistant_size, ctx)
+        };
+        if !recorded {
+            return;
         }
-        for (call_id, content, is_error, images) in texts {
-            if let Err(e) = self.transcript.push_result(ToolResult { call_id, content, is_error, images }, counter) {
-                self.end(Status::ModelError, None, Some(format!("internal: {e}")));
-                return;
-            }
-        }
+        self.spare_plans(plans);
         if let Some((status, reason)) = end {
             self.end(status, None, Some(reason));
         }
+    }
+
+    /// Records the results as they come, each answering the first call without one (no context budget:
+    /// nothing to share out). False when one could not be recorded (the run then ended).
+    fn record_each(
+        &mut self,
+        n: usize,
+        mut text: impl FnMut(usize) -> (String, bool, Vec<Image>),
+        counter: &dyn TokenCounter,
+    ) -> bool {
+        for i in 0..n {
+            let (content, is_error, images) = text(i);
+            let call_id = self.transcript.unanswered().first().map_or_else(String::new, |id| String::from(&**id));
+            let result = ToolResult { call_id, content, is_error, images };
+            if let Err(e) = self.transcript.push_result(result, counter) {
+                self.end(Status::ModelError, None, Some(format!("internal: {e}")));
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Records the results under the context budget: bounded together so that the newest group fits, then
+    /// recorded in call order. `texts` (text, error, images, size to be measured) is storage kept from one
+    /// batch to the next. False when one could not be recorded (the run then ended).
+    fn record_shared(&mut self, mut texts: Vec<ResultText>, assistant_size: u64, ctx: &ContextConfig) -> bool {
+        let counter = ctx.counter.as_ref();
+        let budget = ctx.max_context.unwrap_or(u64::MAX);
+        let fixed = self.instructions_size.saturating_add(self.tools_size.as_ref().map_or(0, |t| t.size));
+        let mut available =
+            budget.saturating_sub(fixed).saturating_sub(self.transcript.first_size()).saturating_sub(assistant_size);
+        // Images are not cut: when the batch's images do not fit with room for the texts, they are left
+        // out, and each result that had some says so.
+        let images: u64 = texts.iter().flat_map(|t| &t.2).fold(0u64, |a, i| a.saturating_add(counter.count_image(i)));
+        if images > 0 {
+            if images.saturating_add(MIN_RESULT_UNITS.saturating_mul(texts.len() as u64)) > available {
+                for t in texts.iter_mut().filter(|t| !t.2.is_empty()) {
+                    let n = std::mem::take(&mut t.2).len();
+                    t.0.push_str(&format!("\n[{n} image(s) left out: they do not fit the context budget]"));
+                }
+            } else {
+                available -= images;
+            }
+        }
+        let mut total = 0u64;
+        for t in texts.iter_mut() {
+            t.3 = counter.count(&t.0);
+            total = total.saturating_add(t.3);
+        }
+        if total > available {
+            let sizes: Vec<u64> = texts.iter().map(|t| t.3).collect();
+            let shares = fair_shares(&sizes, available);
+            for (t, share) in texts.iter_mut().zip(shares) {
+                if t.3 > share {
+                    t.0 = bound_to_units(&t.0, share, counter).0;
+                    t.3 = counter.count(&t.0);
+                }
+            }
+        }
+        for (content, is_error, images, size) in texts.drain(..) {
+            let call_id = self.transcript.unanswered().first().map_or_else(String::new, |id| String::from(&**id));
+            let result = ToolResult { call_id, content, is_error, images };
+            // Measured above with the same counter: what `push_result` would measure.
+            if let Err(e) = self.transcript.push_result_measured(result, size) {
+                self.end(Status::ModelError, None, Some(format!("internal: {e}")));
+                return false;
+            }
+        }
+        self.spare_texts = texts;
+        true
+    }
+
+    /// Keeps the recorded batch's plans' storage for the next batch (no allocation per step).
+    fn spare_plans(&mut self, mut plans: Vec<super::Plan>) {
+        plans.clear();
+        self.spare_plans = plans;
     }
 
     /// Ends the run from outside (cancellation or deadline between steps). A pending batch is completed

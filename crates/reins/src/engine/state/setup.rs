@@ -49,6 +49,8 @@ impl RunState {
             cost_usd: 0.0,
             finish_reason: None,
             pending_reasoning: Vec::new(),
+            spare_plans: Vec::new(),
+            spare_texts: Vec::new(),
             agents: BTreeMap::new(),
             phase,
             awaiting: Vec::new(),
@@ -81,7 +83,7 @@ impl RunState {
         limits.validate()?;
         let counter = ctx.counter.as_ref();
         let mut transcript = Transcript::from_messages(messages, counter).map_err(|e| ConfigError(e.to_string()))?;
-        let missing: Vec<String> = transcript.unanswered().to_vec();
+        let missing: Vec<String> = transcript.unanswered().iter().map(|id| String::from(&**id)).collect();
         for id in missing {
             transcript
                 .push_result(ToolResult::new(id, reason, true), counter)

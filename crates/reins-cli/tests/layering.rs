@@ -38,6 +38,7 @@ const SHARED: &[&str] = &[
     // Approvals: decisions given on the command line, the terminal's approver; Restate as a client.
     "decisions",
     "terminal_approver",
+    "elicit_cli",
     "restate_client",
     // Flag groups of a run and what they do.
     "instructions_cli",

@@ -73,6 +73,58 @@ impl reins::Model for Model {
     }
 }
 
+/// The tool `slow`: sleeps `ms`, then appends its call id to `effects` (its side effect).
+fn slow_tool(effects: PathBuf) -> FnTool {
+    FnTool::new(
+        "slow",
+        "Sleeps, then records that it ran.",
+        serde_json::json!({"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]}),
+        move |args, ctx| {
+            let effects = effects.clone();
+            async move {
+                let ms = args["ms"].as_u64().unwrap_or(0);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                append(&effects, &ctx.call_id).map_err(|e| reins::ToolError::failed(e.to_string()))?;
+                Ok(ToolOutput::Text(format!("done {}", ctx.call_id)))
+            }
+        },
+    )
+    .parallel()
+}
+
+/// The run of session `id` continued (a journal resuming it), or the exit code of what failed.
+async fn resumed(store: &Store, builder: reins::AgentBuilder, id: &str) -> Result<reins::Outcome, i32> {
+    let session = match store.load(id) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return Err(3);
+        }
+    };
+    let journal = match store.resume_journal(&session, SessionMeta::default()) {
+        Ok(j) => j,
+        Err(e) => {
+            eprintln!("{e}");
+            return Err(3);
+        }
+    };
+    let agent = match builder.journal(journal).build() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return Err(2);
+        }
+    };
+    let state = match session.resume_state(Limits::unlimited(), agent.context(), None) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return Err(3);
+        }
+    };
+    Ok(agent.drive(state, CancellationToken::new()).await)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 4 {
@@ -96,22 +148,7 @@ fn main() {
                 return 3;
             }
         };
-        let effects = dir.join("effects.log");
-        let slow = FnTool::new(
-            "slow",
-            "Sleeps, then records that it ran.",
-            serde_json::json!({"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]}),
-            move |args, ctx| {
-                let effects = effects.clone();
-                async move {
-                    let ms = args["ms"].as_u64().unwrap_or(0);
-                    tokio::time::sleep(Duration::from_millis(ms)).await;
-                    append(&effects, &ctx.call_id).map_err(|e| reins::ToolError::failed(e.to_string()))?;
-                    Ok(ToolOutput::Text(format!("done {}", ctx.call_id)))
-                }
-            },
-        )
-        .parallel();
+        let slow = slow_tool(dir.join("effects.log"));
         let registry = match Registry::builder().tool(slow).build() {
             Ok(r) => r,
             Err(e) => {
@@ -136,35 +173,10 @@ fn main() {
                 eprintln!("resume needs a session id");
                 return 2;
             };
-            let session = match store.load(id) {
-                Ok(s) => s,
-                Err(e) => {
-                    eprintln!("{e}");
-                    return 3;
-                }
-            };
-            let journal = match store.resume_journal(&session, SessionMeta::default()) {
-                Ok(j) => j,
-                Err(e) => {
-                    eprintln!("{e}");
-                    return 3;
-                }
-            };
-            let agent = match builder.journal(journal).build() {
-                Ok(a) => a,
-                Err(e) => {
-                    eprintln!("{e}");
-                    return 2;
-                }
-            };
-            let state = match session.resume_state(Limits::unlimited(), agent.context(), None) {
-                Ok(s) => s,
-                Err(e) => {
-                    eprintln!("{e}");
-                    return 3;
-                }
-            };
-            agent.drive(state, CancellationToken::new()).await
+            match resumed(&store, builder, id).await {
+                Ok(outcome) => outcome,
+                Err(code) => return code,
+            }
         } else {
             let meta = SessionMeta { model: Some("crash-child".into()), ..SessionMeta::default() };
             let agent = match builder.journal(store.journal(meta)).build() {

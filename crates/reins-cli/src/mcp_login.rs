@@ -22,7 +22,8 @@ pub struct McpLoginArgs {
     #[command(flatten)]
     agent_file: crate::run_args::AgentFileFlags,
     /// A client ID registered with the authorization server beforehand (no registration then). Its redirect
-    /// URI must allow http://127.0.0.1 on any port with the path /callback.
+    /// URI must allow http://127.0.0.1 on any port with the path /callback. A confidential client's secret is
+    /// read from REINS_MCP_CLIENT_SECRET.
     #[arg(long = "client-id", value_name = "ID")]
     client_id: Option<String>,
     /// The https URL of a client ID metadata document describing Reins, used as the client ID when the
@@ -57,6 +58,8 @@ pub async fn login(args: McpLoginArgs) -> Result<u8, CliError> {
     let config = server(&args)?;
     let options = LoginOptions {
         client_id: args.client_id.clone(),
+        // A confidential client's secret comes from the environment, never the command line.
+        client_secret: args.client_id.as_ref().and_then(|_| std::env::var("REINS_MCP_CLIENT_SECRET").ok()),
         client_metadata_url: args.client_metadata_url.clone(),
         scopes: args.scopes.clone(),
         timeout: Some(args.timeout),

@@ -81,6 +81,8 @@ pub enum LoginError {
 pub struct LoginOptions {
     /// A client ID registered with the authorization server beforehand: no registration then.
     pub client_id: Option<String>,
+    /// The secret of that client, when it is a confidential one (kept in the token file for refreshes).
+    pub client_secret: Option<String>,
     /// The https URL of a client ID metadata document describing Reins (with the loopback redirect), used when
     /// the authorization server supports them; dynamic registration otherwise.
     pub client_metadata_url: Option<String>,
@@ -422,6 +424,10 @@ pub async fn login(
     let mut client_secret = None;
     if let Some(id) = &options.client_id {
         request = request.with_preregistered_client(id);
+        if let Some(secret) = &options.client_secret {
+            request = request.with_client_secret(secret);
+            client_secret = Some(secret.clone());
+        }
     } else if let Some(document) = options.client_metadata_url.as_ref().filter(|_| cimd) {
         request = request.with_client_metadata_url(document);
     } else {

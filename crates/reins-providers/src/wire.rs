@@ -292,6 +292,8 @@ fn is_context_overflow(code: &str, kind: &str, message: &str) -> bool {
         || m.contains("prompt is too long")
         || m.contains("exceeds the available context size")
         || m.contains("context_length_exceeded")
+        // Gemini: "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576)."
+        || m.contains("exceeds the maximum number of tokens allowed")
 }
 
 /// Classifies an HTTP error response.

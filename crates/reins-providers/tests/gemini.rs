@@ -517,6 +517,11 @@ async fn finish_reasons_and_usage_are_parsed_and_priced() {
         let thought = o.messages.iter().flat_map(Message::reasoning).count();
         assert_eq!(thought, 1, "the text's signature is kept");
     }
+    // A prompt over the window is a context overflow (the engine can compact), not a plain refusal.
+    let too_long = "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).";
+    let server = Server::start(vec![gemini_error(400, "INVALID_ARGUMENT", too_long)]).await;
+    let e = gemini(&server, false).build().unwrap().generate(&ModelRequest::default(), &CancellationToken::new()).await;
+    assert!(matches!(&e, Err(ModelError::ContextOverflow(m)) if m.contains("1048576")), "{e:?}");
     // A malformed function call is retried, then the answer stands.
     let malformed = chunk(vec![], Some("MALFORMED_FUNCTION_CALL"), None).to_string();
     let server = Server::start(vec![Reply::json(200, malformed), Reply::json(200, fixture("gemini/text.json"))]).await;

@@ -7,6 +7,9 @@
 //!
 //! - `inprocess-us-per-step`, `restate-us-per-step`, `restate-added-us-per-step`: a 200-step run in process and
 //!   as one durable turn (each step one model call and one `echo` call), and the difference.
+//! - `restate-us-per-step-1000`, `floor-us-per-step-1000`: the same over a 1000-step turn (a per-step cost
+//!   that grows with the run shows here; a per-turn cost weighs less). `restate-turn-ms-1-step`,
+//!   `floor-turn-ms-1-step`: one turn of one step and an answer, alone (median of five).
 //! - `journal-bytes-step-10`, `journal-bytes-step-1000`: the journal bytes of step 10 and of step 1000 of a
 //!   1000-step durable run (the model call's and the tool call's entries; goal: equal).
 //! - `floor-us-per-step`, `restate-over-floor-percent`: the floor under a durable step — a Restate object that
@@ -344,7 +347,24 @@ fn main() {
         emit("restate-over-floor-percent", (durable / floor_step - 1.0) * 100.0, "percent");
 
         // Journal bytes per step, early and late in a long run.
+        let t0 = Instant::now();
         let (run, o) = durable_run(&c, "s1000").await;
+        emit("restate-us-per-step-1000", t0.elapsed().as_secs_f64() * 1e6 / o.steps as f64, "us_per_step");
+        let t0 = Instant::now();
+        let (steps, _) = floor::turn(&http, &server.ingress, 1000).await;
+        emit("floor-us-per-step-1000", t0.elapsed().as_secs_f64() * 1e6 / steps as f64, "us_per_step");
+        // One turn of one step and an answer, alone: what a turn costs besides its steps.
+        let (mut one, mut floor_one) = (Vec::new(), Vec::new());
+        for _ in 0..5 {
+            let t0 = Instant::now();
+            durable_run(&c, "s1").await;
+            one.push(t0.elapsed().as_secs_f64() * 1e3);
+            let t0 = Instant::now();
+            floor::turn(&http, &server.ingress, 1).await;
+            floor_one.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        emit("restate-turn-ms-1-step", median(one), "ms");
+        emit("floor-turn-ms-1-step", median(floor_one), "ms");
         if o.steps < 1000 {
             fail(&format!("the 1000-step run ended after {} steps: {:?}", o.steps, o.error));
         }

@@ -506,7 +506,7 @@ impl Agent {
         let deadline = state.limits().timeout.and_then(|d| started.checked_add(d)).map(tokio::time::Instant::from_std);
         let cancelled = pin!(cancel.clone().cancelled_owned());
         let sleep = pin!(None);
-        let waits = Waits { cancelled, sleep, deadline };
+        let waits = Waits { cancel: &cancel, cancelled, sleep, deadline };
         let mut run = Run::start(self, &mut state, &cancel, waits, started, args).await;
         run.drive(&mut state).await;
         run.finish(state).await

@@ -187,11 +187,7 @@ impl Run<'_> {
                 None => work.await,
             }
         };
-        tokio::select! {
-            biased;
-            i = self.waits.interruption() => Some(i),
-            () = work => None,
-        }
+        self.waits.guard(work).await.err()
     }
 
     /// Records what the batch gave (or holds the batch while a sub-agent of it waits for decisions), rolls
@@ -432,7 +428,8 @@ impl Agent {
         let call_cancel = self.limits.tool_timeout.map(|_| run_cancel.child_token());
         let cancel = call_cancel.clone().unwrap_or_else(|| run_cancel.clone());
         let ctx = ToolContext::in_run(String::from(&*p.call.id), cancel, Arc::clone(at.key_prefix), at.step);
-        let fut = AssertUnwindSafe(tool.call(p.call.arguments.clone(), ctx)).catch_unwind();
+        // The arguments stay in the transcript: the tool reads them there (a typed tool without copying them).
+        let fut = AssertUnwindSafe(tool.call_borrowed(&p.call.arguments, ctx)).catch_unwind();
         let result = match self.limits.tool_timeout {
             Some(t) => tokio::time::timeout(t, fut).await.ok(),
             None => Some(fut.await),

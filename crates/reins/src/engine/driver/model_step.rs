@@ -65,11 +65,7 @@ impl Run<'_> {
         }
         let generate = spans::boxed_within(&chat, self.agent.model.generate(&request, &self.run_cancel));
         let call = perform_model(self.performer, ModelStep { step, summary: false }, caught(generate));
-        let result = tokio::select! {
-            biased;
-            i = self.waits.interruption() => Err(i),
-            r = call => Ok(r),
-        };
+        let result = self.waits.guard(call).await;
         drop(request);
         let result = match result {
             // A response that arrives once the caller cancelled is not counted.

@@ -68,6 +68,8 @@ impl Interrupt {
 /// Each is one future for the whole run, polled again at every step (a fired one stays ready), instead of a
 /// new waiter registered for each call.
 pub(super) struct Waits<'a> {
+    /// The caller's token, which `cancelled` waits for.
+    pub(super) cancel: &'a CancellationToken,
     pub(super) cancelled: Pin<&'a mut WaitForCancellationFutureOwned>,
     /// The deadline's timer, made when it is first waited on (none without a deadline).
     pub(super) sleep: Pin<&'a mut Option<Sleep>>,
@@ -81,15 +83,44 @@ impl Waits<'_> {
             if self.cancelled.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(Interrupt::Cancelled);
             }
-            let Some(deadline) = self.deadline else { return Poll::Pending };
-            if self.sleep.is_none() {
-                self.sleep.set(Some(tokio::time::sleep_until(deadline)));
+            self.deadline_passed(cx)
+        })
+    }
+
+    /// Ready when the deadline has passed (never without one); its timer is made when first asked.
+    fn deadline_passed(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Interrupt> {
+        let Some(deadline) = self.deadline else { return Poll::Pending };
+        if self.sleep.is_none() {
+            self.sleep.set(Some(tokio::time::sleep_until(deadline)));
+        }
+        match self.sleep.as_mut().as_pin_mut().map(|s| s.poll(cx)) {
+            Some(Poll::Ready(())) => Poll::Ready(Interrupt::Deadline),
+            _ => Poll::Pending,
+        }
+    }
+
+    /// `work`'s output, unless the run is interrupted first: what `select! { biased; i = interruption() =>
+    /// Err(i), r = work => Ok(r) }` gives, but the caller's token is only looked at before the work is
+    /// polled; its wait (which registers a waiter) is polled only when the work has to wait, so a step whose
+    /// work is ready at once registers nothing.
+    pub(super) async fn guard<F: Future>(&mut self, work: F) -> Result<F::Output, Interrupt> {
+        let mut work = std::pin::pin!(work);
+        std::future::poll_fn(move |cx| {
+            if self.cancel.is_cancelled() {
+                return Poll::Ready(Err(Interrupt::Cancelled));
             }
-            match self.sleep.as_mut().as_pin_mut().map(|s| s.poll(cx)) {
-                Some(Poll::Ready(())) => Poll::Ready(Interrupt::Deadline),
-                _ => Poll::Pending,
+            if let Poll::Ready(i) = self.deadline_passed(cx) {
+                return Poll::Ready(Err(i));
+            }
+            if let Poll::Ready(r) = work.as_mut().poll(cx) {
+                return Poll::Ready(Ok(r));
+            }
+            match self.cancelled.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(Interrupt::Cancelled)),
+                Poll::Pending => Poll::Pending,
             }
         })
+        .await
     }
 }
 

@@ -28,8 +28,9 @@ pub struct ModelsArgs {
     json: bool,
 }
 
+/// Whether the key variable holds a key (`GEMINI_API_KEY` also when `GOOGLE_API_KEY` stands in for it).
 fn key_set(env: &str) -> bool {
-    std::env::var_os(env).is_some_and(|v| !v.is_empty())
+    reins_providers::env_key(env).is_some()
 }
 
 fn provider_json(p: &NamedProvider) -> Value {

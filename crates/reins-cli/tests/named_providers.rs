@@ -11,7 +11,7 @@ use std::process::Output;
 use std::sync::mpsc;
 use std::thread;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 mod common;
 
@@ -89,6 +89,8 @@ const KEY_VARS: &[&str] = &[
     "AZURE_OPENAI_API_KEY",
     "AZURE_OPENAI_ENDPOINT",
     "OLLAMA_HOST",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
 ];
 
 fn reins(args: &[&str], envs: &[(&str, &str)]) -> Output {
@@ -239,6 +241,13 @@ fn models_lists_the_price_tables_models_and_prices() {
     assert_eq!(gpt4o["price_per_mtok"]["input"], info.price.input_per_mtok);
     assert_eq!(gpt4o["price_per_mtok"]["output"], info.price.output_per_mtok);
     assert!(v["models"].as_array().unwrap().iter().all(|m| !m["model"].as_str().unwrap().starts_with("claude")));
+    assert!(v["models"].as_array().unwrap().iter().all(|m| !m["model"].as_str().unwrap().starts_with("gemini")));
+    // Gemini's models under gemini:, its key set when GOOGLE_API_KEY stands in for GEMINI_API_KEY.
+    let out = reins(&["models", "gemini", "--json"], &[("GOOGLE_API_KEY", "AIza-test")]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((&v["provider"]["key_env"], &v["provider"]["key_set"]), (&json!("GEMINI_API_KEY"), &json!(true)), "{v}");
+    let models: Vec<&str> = v["models"].as_array().unwrap().iter().map(|m| m["model"].as_str().unwrap()).collect();
+    assert!(models.contains(&"gemini-2.5-flash") && models.iter().all(|m| m.starts_with("gemini")), "{models:?}");
     let out = reins(&["models", "nowhere"], &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("ollama"), "{}", stderr(&out));

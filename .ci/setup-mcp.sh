@@ -1,7 +1,8 @@
 # Sourced by .ci/run (and usable by hand: `source .ci/setup-mcp.sh`): installs the real MCP servers that the
 # reins-mcp tests talk to, into the CI cache, and exports where they are. Idempotent: a second run installs nothing.
 #   REINS_MCP_NODE_MODULES  node_modules holding @modelcontextprotocol/server-filesystem and server-everything
-#   REINS_MCP_PYTHON        a Python interpreter with the PyPI `mcp` package
+#   REINS_MCP_PYTHON        a Python interpreter with the PyPI `mcp` package (2.3.0: speaks 2026-07-28)
+#   REINS_MCP_PYTHON_V1     one with `mcp` 1.30.0 (the 2025-11-25 era), in the venv `venv-1` beside it
 #   REINS_MCP_INSPECTOR     the official MCP Inspector's command (its CLI mode drives `reins mcp serve`)
 _reins_mcp_setup() {
     local cache="${REINS_CI_CACHE:-$HOME/.cache/reins-ci}/mcp"
@@ -24,6 +25,15 @@ _reins_mcp_setup() {
         "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "mcp==$mcp_py_version" >&2 || return 1
         touch "$pystamp"
     fi
+    # A Python server of the earlier revision: mcp 1.30.0 speaks 2025-11-25 (2.x speaks 2026-07-28).
+    local venv_v1="$cache/venv-1" mcp_py_v1_version="1.30.0"
+    if [ ! -f "$venv_v1/.installed-mcp-$mcp_py_v1_version" ]; then
+        echo "setup-mcp: installing the Python mcp package $mcp_py_v1_version into $venv_v1" >&2
+        python3 -m venv "$venv_v1" || return 1
+        "$venv_v1/bin/python" -m pip install --quiet --disable-pip-version-check "mcp==$mcp_py_v1_version" >&2 || return 1
+        touch "$venv_v1/.installed-mcp-$mcp_py_v1_version"
+    fi
+    export REINS_MCP_PYTHON_V1="$venv_v1/bin/python"
     local inspector_version="2.12.0" inspector_dir="$cache/inspector"
     if [ ! -f "$inspector_dir/.installed-$inspector_version" ]; then
         echo "setup-mcp: installing the MCP Inspector with npm into $inspector_dir" >&2

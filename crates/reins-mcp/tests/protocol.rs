@@ -62,6 +62,52 @@ async fn each_server_is_spoken_to_in_its_own_revision() {
     assert_eq!(result(&outcome, "p"), ("3".into(), false));
 }
 
+/// The PyPI `mcp` 1.30 test server (tests/servers/py_server_v1.py), in the venv `.ci/setup-mcp.sh` makes for it.
+fn python_v1_server(name: &str) -> reins_mcp::ServerConfig {
+    let python = common::python();
+    let v1 =
+        python.parent().and_then(|bin| bin.parent()).and_then(|venv| venv.parent()).unwrap().join("venv-1/bin/python");
+    assert!(v1.is_file(), "{} is missing: run `source .ci/setup-mcp.sh`", v1.display());
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/servers/py_server_v1.py");
+    reins_mcp::ServerConfig::stdio(name, v1.display().to_string(), vec![script.display().to_string()])
+        .unwrap()
+        .startup_timeout(std::time::Duration::from_secs(60))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_server_of_the_earlier_revision_is_spoken_to_in_it_and_its_list_changes_are_heard() {
+    let mcp = Arc::new(McpTools::start(vec![python_v1_server("old")]).await.unwrap());
+    assert_eq!(mcp.servers()[0].protocol_version(), "2025-11-25");
+    let source = Arc::new(reins_mcp::McpToolSource::new(Arc::clone(&mcp), Vec::new()).unwrap());
+    let model = Arc::new(ScriptedModel::new(vec![
+        ModelResponse::tool_calls(
+            "",
+            vec![
+                ToolCall::new("1", "old__enable_extra", json!({})),
+                ToolCall::new("2", "old__add", json!({"a": 2, "b": 3})),
+                ToolCall::new("3", "old__read_resource", json!({"uri": "note://hello"})),
+            ],
+        ),
+        ModelResponse::tool_calls("", vec![ToolCall::new("4", "old__extra", json!({}))]),
+        ModelResponse::text("done"),
+    ]));
+    let events = Events::default();
+    let agent = Agent::builder_shared(model).tool_source(source).observer(events.clone()).build().unwrap();
+    let outcome = agent.run("go", CancellationToken::new()).await;
+    mcp.shutdown().await;
+    assert_eq!(outcome.status, Status::Completed, "{:?}", outcome.error);
+    assert_eq!(result(&outcome, "2"), ("5".into(), false));
+    assert_eq!(result(&outcome, "3"), ("hello from the 2025-11-25 era".into(), false));
+    assert_eq!(result(&outcome, "4"), ("extra here".into(), false));
+    let changed = events
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(&e.kind, EventKind::ToolsChanged { added, .. } if added == &["old__extra".to_owned()]));
+    assert!(changed, "a tools_changed event names old__extra");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resources_of_server_everything_are_listed_read_validated_and_bounded() {
     let mcp = McpTools::start(vec![common::everything("ev")]).await.unwrap();

@@ -41,6 +41,7 @@ mod chat;
 mod decisions;
 mod demo;
 mod durable_cli;
+mod elicit_cli;
 mod eval_cli;
 mod exit;
 mod heartbeat;

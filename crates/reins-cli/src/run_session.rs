@@ -138,6 +138,8 @@ pub async fn run_with(args: RunArgs, given: Option<crate::decisions::Given>) -> 
     crate::telemetry::start(&args.otlp)?;
     let cancel = CancellationToken::new();
     crate::signals::cancel_on_signals(cancel.clone(), "the run")?;
+    // Before the MCP servers start: on a terminal they may ask the person for input (an elicitation).
+    crate::elicit_cli::register_on_terminal();
     let Setup { store, session, parts, mcp } = setup(&args, &cancel, |_| {}).await?;
     let prompt = crate::mcp_prompt::run_prompt(mcp.as_ref(), &args.instructions, prompt).await?;
     let state = match &session {

@@ -371,3 +371,66 @@ fn reins_run_calls_a_served_reins_as_an_mcp_tool_whose_budget_holds() {
     statuses.sort();
     assert_eq!(statuses, ["completed", "completed", "step_limit"]);
 }
+
+/// An agent whose script calls the tool `ask` of the MCP server `py` (tests/servers/eliciting_server.py, which
+/// asks the person for a name and a count), then answers `outer done`.
+fn agent_calling_the_eliciting_server(dir: &Dir) -> PathBuf {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/servers/eliciting_server.py");
+    let turns = json!([
+        {"tool_calls": [{"id": "a", "name": "py__ask", "arguments": {}}]},
+        {"content": "outer done"}
+    ]);
+    let mcp = format!("[mcp.py]\ncommand = {:?}\nargs = [{:?}]", path(&common::python()), path(&script));
+    agent(dir, "outer", &turns, &mcp)
+}
+
+fn first_tool_result(outcome: &Path) -> String {
+    let o: Value = serde_json::from_str(&std::fs::read_to_string(outcome).unwrap()).unwrap();
+    assert_eq!(o["status"], "completed", "{o}");
+    let result = o["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").unwrap().clone();
+    result["content"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn a_servers_elicitation_is_asked_on_the_terminal_checked_against_its_schema_and_noted_in_the_result() {
+    let dir = Dir::new("mcp-elicit-pty");
+    let outer = agent_calling_the_eliciting_server(&dir);
+    let outcome = dir.0.join("outcome.json");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_reins"));
+    c.args(["run", "--agent", path(&outer), "--store", path(&dir.store()), "--output", path(&outcome), "go"])
+        .env("XDG_CONFIG_HOME", dir.0.join("no-config"))
+        .env("TERM", "xterm");
+    let options = rexpect::reader::Options::new().timeout_ms(Some(60_000)).strip_ansi_escape_codes(true);
+    let mut p = rexpect::session::spawn_with_options(c, options).unwrap();
+    p.exp_string("MCP server \"py\" asks: Who are you?").unwrap();
+    p.exp_string("count (integer)").unwrap();
+    p.send_line("many").unwrap();
+    p.exp_string("a whole number is expected").unwrap();
+    // A whole number, but under the schema's minimum: the answer is refused as a whole and asked again.
+    p.send_line("0").unwrap();
+    p.exp_string("name (string)").unwrap();
+    p.send_line("Ada").unwrap();
+    p.exp_string("does not match what the server asked for").unwrap();
+    p.exp_string("count (integer)").unwrap();
+    p.send_line("2").unwrap();
+    p.exp_string("name (string)").unwrap();
+    p.send_line("Ada").unwrap();
+    p.exp_eof().unwrap();
+    let text = first_tool_result(&outcome);
+    assert!(text.starts_with(r#"got {"action": "accept", "content": {"count": 2, "name": "Ada"}}"#), "{text}");
+    assert!(text.ends_with("[MCP server \"py\" asked the person for input during this call; they answered]"), "{text}");
+}
+
+#[test]
+fn without_a_terminal_nobody_is_asked_and_a_server_is_told_so() {
+    let dir = Dir::new("mcp-elicit-none");
+    let outer = agent_calling_the_eliciting_server(&dir);
+    let outcome = dir.0.join("outcome.json");
+    let out = reins()
+        .args(["run", "--agent", path(&outer), "--store", path(&dir.store()), "--output", path(&outcome), "go"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // No elicitation capability was declared: the server had nobody to ask.
+    assert_eq!(first_tool_result(&outcome), "nobody to ask");
+}

@@ -22,6 +22,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod elicit;
 pub mod error;
 pub mod frame;
 mod http;

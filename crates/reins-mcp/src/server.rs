@@ -48,6 +48,9 @@ pub struct RemoteTool {
 #[derive(Clone)]
 struct Handler {
     flags: Arc<ChangeFlags>,
+    /// The server's name, and what it asked the person since its last call ended (see [`crate::elicit`]).
+    name: Arc<str>,
+    elicited: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 /// What a server announced since its lists were last read.
@@ -79,13 +82,46 @@ impl ClientHandler for Handler {
         self.flags.resources_changed();
     }
 
+    /// A request for the person's input goes to the registered elicitor (never to the model); declined without
+    /// one. What happened is noted for the result of the call in flight.
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        use crate::elicit::Elicited;
+        use rmcp::model::{ElicitResult, ElicitationAction};
+        let rmcp::model::ElicitRequestParams::FormElicitationParams { message, requested_schema, .. } = request else {
+            return Ok(ElicitResult::new(ElicitationAction::Decline));
+        };
+        let schema = serde_json::to_value(&requested_schema).unwrap_or(Value::Null);
+        let asked = crate::elicit::ElicitationRequest { server: self.name.to_string(), message, schema };
+        let answer = crate::elicit::ask(&asked).await;
+        if let Ok(mut notes) = self.elicited.lock() {
+            notes.push(crate::elicit::note(&self.name, &answer));
+        }
+        Ok(match answer {
+            Elicited::Accept(content) => ElicitResult::new(ElicitationAction::Accept).with_content(content),
+            Elicited::Decline => ElicitResult::new(ElicitationAction::Decline),
+            Elicited::Cancel => ElicitResult::new(ElicitationAction::Cancel),
+        })
+    }
+
     fn get_info(&self) -> ClientConfig {
-        ClientConfig::new(ClientCapabilities::default(), Implementation::new("reins", env!("CARGO_PKG_VERSION")))
+        let mut capabilities = ClientCapabilities::default();
+        if crate::elicit::elicitor().is_some() {
+            let mut elicitation = rmcp::model::ElicitationCapability::new();
+            elicitation.form = Some(rmcp::model::FormElicitationCapability::new());
+            capabilities.elicitation = Some(elicitation);
+        }
+        ClientConfig::new(capabilities, Implementation::new("reins", env!("CARGO_PKG_VERSION")))
     }
 }
 
 /// A connected MCP server. Dropping it kills a stdio server's process group.
 pub struct McpServer {
+    /// What the server asked the person during the call in flight (noted in its result).
+    elicited: Arc<std::sync::Mutex<Vec<String>>>,
     config: ServerConfig,
     peer: Peer<RoleClient>,
     service: tokio::sync::Mutex<Option<RunningService<RoleClient, Handler>>>,
@@ -134,7 +170,9 @@ impl McpServer {
         let name = config.name.clone();
         let timeout = config.startup_timeout;
         let flags = Arc::new(ChangeFlags::default());
-        let handler = Handler { flags: Arc::clone(&flags) };
+        let elicited = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let handler =
+            Handler { flags: Arc::clone(&flags), name: name.as_str().into(), elicited: Arc::clone(&elicited) };
         let (service, process) = match &config.transport {
             Transport::Stdio { command, args, env, cwd } => {
                 let (process, stdout, stdin) = spawn(command, args, env, cwd.as_ref()).map_err(|e| {
@@ -210,7 +248,23 @@ impl McpServer {
             listener,
             spill: std::sync::OnceLock::new(),
             secrets,
+            elicited,
         })
+    }
+
+    /// `output` with a line for each time the server asked the person during the call (what happened, not
+    /// the answer), so that the session records it.
+    fn with_elicitations(&self, output: ToolOutput) -> ToolOutput {
+        let notes: Vec<String> = self.elicited.lock().map(|mut n| std::mem::take(&mut *n)).unwrap_or_default();
+        if notes.is_empty() {
+            return output;
+        }
+        let notes = notes.join("\n");
+        match output {
+            ToolOutput::Text(t) => ToolOutput::Text(format!("{t}\n{notes}")),
+            ToolOutput::Json(v) => ToolOutput::Text(format!("{}\n{notes}", crate::elicit::json_text(&v))),
+            ToolOutput::Parts { text, images } => ToolOutput::Parts { text: format!("{text}\n{notes}"), images },
+        }
     }
 
     /// The server's configured name.
@@ -352,6 +406,7 @@ impl McpServer {
         // What the server answers is masked before anyone records it: a server may echo its token.
         self.call_params(tool, params, cancel)
             .await
+            .map(|o| self.with_elicitations(o))
             .map(|o| self.spilled(self.secrets.mask_output(o), tool))
             .map_err(|e| self.secrets.mask_tool_error(e))
     }

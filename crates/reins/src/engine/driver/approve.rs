@@ -16,8 +16,7 @@ impl Run<'_> {
     /// performer's, else the agent's) asked; what is still undecided afterwards ends the run
     /// `awaiting_approval`, saying what went wrong if anything did.
     pub(super) async fn approve(&mut self, state: &mut RunState, calls: Vec<PendingCall>) {
-        if let Some(i) = self.interrupted() {
-            self.stop(state, i);
+        if !self.not_interrupted(state) {
             return;
         }
         if self.emitter.active() {

@@ -15,7 +15,7 @@ use tracing::Instrument;
 
 use super::Agent;
 use super::hooks::Hooked;
-use super::run::Run;
+use super::run::{Interrupt, Run};
 use crate::engine::perform::{Performer, ToolStep};
 use crate::engine::state::{AgentWait, Batch, CallResult, Plan, PlannedCall, RunState};
 use crate::events::{Emitter, EventKind, panic_message};
@@ -75,14 +75,15 @@ pub(super) struct Ran {
     end: Option<(Status, String)>,
     /// The result of a call that did not finish.
     unfinished: String,
-    /// What its sub-agents spent, by name.
-    spent: BTreeMap<String, AgentTotals>,
+    /// What its sub-agents spent, by name (with sub-agents in the registry).
+    spent: Option<BTreeMap<String, AgentTotals>>,
 }
 
 impl Run<'_> {
-    /// Runs the admitted batch (after making its calls durable when one of them runs): its calls' events
-    /// are sent, also for calls an interruption cut short, and what they gave is handed back. `Err`: the log
-    /// could not be made durable, and nothing ran.
+    /// Runs the admitted batch (after making its calls durable when one of them runs) inside its sub-agents'
+    /// scope, if any, until it is done or the run is interrupted: its calls' events are sent, also for calls an
+    /// interruption cut short, and what they gave is handed back. `Err`: the log could not be made durable, and
+    /// nothing ran.
     pub(super) async fn run_tools(
         &mut self,
         admitted: Batch<'_>,
@@ -97,19 +98,42 @@ impl Run<'_> {
         if let Some(j) = self.journal.as_ref().filter(|_| batch.iter().any(|p| matches!(p.plan, Plan::Run))) {
             j.flush().await?;
         }
-        let mut slots: Vec<Slot> = vec![Slot::default(); batch.len()];
-        // Calls that ran before a sub-agent of the batch stopped it for a decision keep their results and do
-        // not run again.
-        if admitted.has_held() {
-            for (i, slot) in slots.iter_mut().enumerate() {
-                if let Some(r) = admitted.held_result(i) {
-                    (slot.result, slot.started, slot.reported) = (Some(r), true, true);
-                }
-            }
-        }
+        let mut slots = slots_of(&admitted, batch.len());
         // Sub-agent calls get the run's budget left and report what they spend (see `subagent`).
         let scope = left.map(|left| self.scope(left, &batch, admitted.agent_waits()));
-        let interrupted = self.run_batch(&batch, &mut slots, scope.as_ref(), step).await;
+        let at = BatchAt { step, key_prefix: &self.key_prefix, span_content: self.span_content };
+        let hooked = self.rules.hooked(self.agent);
+        let work = self.agent.run_batch(
+            &self.registry,
+            &batch,
+            &mut slots,
+            &self.run_cancel,
+            &mut self.emitter,
+            hooked.as_ref(),
+            self.performer,
+            at,
+        );
+        let work = async {
+            match &scope {
+                Some(scope) => Arc::clone(scope).enter(work).await,
+                None => work.await,
+            }
+        };
+        let interrupted = self.waits.guard(work).await.err();
+        let (end, unfinished) = self.batch_ended(interrupted, &batch, &slots);
+        let spent = scope.map(|scope| scope.take_spent());
+        let (results, waits) = results_of(slots);
+        Ok(Ran { results, waits, end, unfinished, spent })
+    }
+
+    /// How the batch ended: interrupted (now or while it ran), the run ends with a status and why; calls that
+    /// did not report yet do now (their result, when they did not finish: `unfinished`, also returned).
+    fn batch_ended(
+        &mut self,
+        interrupted: Option<Interrupt>,
+        batch: &[PlannedCall<'_>],
+        slots: &[Slot],
+    ) -> (Option<(Status, String)>, String) {
         let end = interrupted.or_else(|| self.interrupted()).map(|i| {
             self.run_cancel.cancel();
             (i.status(), i.reason(&self.limits))
@@ -118,26 +142,11 @@ impl Run<'_> {
             Some((_, reason)) => format!("aborted: {reason}"),
             None => "aborted: the call did not finish".to_owned(),
         };
-        report_unfinished(&mut self.emitter, &batch, &slots, &unfinished);
+        report_unfinished(&mut self.emitter, batch, slots, &unfinished);
         if let Some((Status::Timeout, reason)) = &end {
             self.emitter.emit(EventKind::LimitHit { status: Status::Timeout, detail: reason.clone() });
         }
-        let spent = scope.map(|scope| scope.take_spent()).unwrap_or_default();
-        // The sub-agent runs that stopped for a decision come with their calls' results (also when a durable
-        // performer replays them).
-        let mut waits = Vec::new();
-        let results = slots
-            .into_iter()
-            .map(|s| {
-                s.result.map(|mut r| {
-                    if let Some(w) = r.wait.take() {
-                        waits.push(*w);
-                    }
-                    r
-                })
-            })
-            .collect();
-        Ok(Ran { results, waits, end, unfinished, spent })
+        (end, unfinished)
     }
 
     /// What the sub-agent calls of a batch run under: the run's budget left, its observers, log, deadline
@@ -161,44 +170,18 @@ impl Run<'_> {
         )
     }
 
-    /// The batch run (inside the sub-agents' scope, if any) until it is done or the run is interrupted.
-    async fn run_batch(
-        &mut self,
-        batch: &[PlannedCall<'_>],
-        slots: &mut [Slot],
-        scope: Option<&Arc<RunScope>>,
-        step: u64,
-    ) -> Option<super::run::Interrupt> {
-        let at = BatchAt { step, key_prefix: &self.key_prefix, span_content: self.span_content };
-        let hooked = self.rules.hooked(self.agent);
-        let work = self.agent.run_batch(
-            &self.registry,
-            batch,
-            slots,
-            &self.run_cancel,
-            &mut self.emitter,
-            hooked.as_ref(),
-            self.performer,
-            at,
-        );
-        let work = async {
-            match scope {
-                Some(scope) => Arc::clone(scope).enter(work).await,
-                None => work.await,
-            }
-        };
-        self.waits.guard(work).await.err()
-    }
-
-    /// Records what the batch gave (or holds the batch while a sub-agent of it waits for decisions), rolls
-    /// its sub-agents' spending into the run, and takes the tools on offer anew.
-    pub(super) async fn record_tools(&mut self, state: &mut RunState, ran: Result<Ran, JournalError>) {
+    /// Records what the batch gave (or holds the batch while a sub-agent of it waits for decisions), and
+    /// rolls its sub-agents' spending into the run.
+    #[inline]
+    pub(super) fn record_tools(&mut self, state: &mut RunState, ran: Result<Ran, JournalError>) {
         let ran = match ran {
             Ok(ran) => ran,
             Err(e) => return self.log_failed(state, &e),
         };
-        for (name, spent) in ran.spent {
-            state.add_agent_spend(&name, &spent);
+        if let Some(spent) = ran.spent {
+            for (name, spent) in spent {
+                state.add_agent_spend(&name, &spent);
+            }
         }
         if ran.waits.is_empty() || ran.end.is_some() {
             state.record_batch(ran.results, &ran.unfinished, ran.end, &self.agent.context);
@@ -206,11 +189,10 @@ impl Run<'_> {
             // A sub-agent waits for decisions: so does the batch (see `RunState::hold_batch`).
             state.hold_batch(ran.results, ran.waits);
         }
-        self.refresh_tools().await;
     }
 
-    /// Between steps: the tools may have changed (the next model turn sees the new ones).
-    async fn refresh_tools(&mut self) {
+    /// Between steps: the tools of a tool source may have changed (the next model turn sees the new ones).
+    pub(super) async fn refresh_tools(&mut self) {
         let (Some(source), false) = (&self.agent.tool_source, self.run_cancel.is_cancelled()) else { return };
         let base = source.registry().await;
         let next = Agent::step_registry(Arc::clone(&base), self.output).unwrap_or(base);
@@ -241,7 +223,40 @@ fn tools_changed(old: &Arc<Registry>, next: &Arc<Registry>) -> Option<EventKind>
     Some(EventKind::ToolsChanged { added, removed, changed })
 }
 
+/// A slot for each of the batch's `n` calls; calls that ran before a sub-agent of the batch stopped it for a decision
+/// keep their results and do not run again.
+fn slots_of(admitted: &Batch<'_>, n: usize) -> Vec<Slot> {
+    let mut slots: Vec<Slot> = vec![Slot::default(); n];
+    if admitted.has_held() {
+        for (i, slot) in slots.iter_mut().enumerate() {
+            if let Some(r) = admitted.held_result(i) {
+                (slot.result, slot.started, slot.reported) = (Some(r), true, true);
+            }
+        }
+    }
+    slots
+}
+
+/// The calls' results, and the sub-agent runs that stopped for a decision, which come with their calls'
+/// results (also when a durable performer replays them).
+fn results_of(slots: Vec<Slot>) -> (Vec<Option<CallResult>>, Vec<AgentWait>) {
+    let mut waits = Vec::new();
+    let results = slots
+        .into_iter()
+        .map(|s| {
+            s.result.map(|mut r| {
+                if let Some(w) = r.wait.take() {
+                    waits.push(*w);
+                }
+                r
+            })
+        })
+        .collect();
+    (results, waits)
+}
+
 /// Calls whose events were not sent yet (the batch was interrupted) get them now.
+#[inline]
 fn report_unfinished(emitter: &mut Emitter, batch: &[PlannedCall<'_>], slots: &[Slot], unfinished: &String) {
     for (p, slot) in batch.iter().zip(slots) {
         if slot.reported {
@@ -467,6 +482,7 @@ impl Agent {
 }
 
 /// The `tool_end` events (and the `post_tool` hooks' events) of the calls of a run that ended.
+#[inline]
 fn report_ended(emitter: &mut Emitter, batch: &[PlannedCall<'_>], slots: &mut [Slot], t0: Instant) {
     for (p, slot) in batch.iter().zip(slots.iter_mut()).filter(|(_, s)| !s.reported) {
         if let Some(r) = &slot.result {

@@ -53,7 +53,8 @@ impl Run<'_> {
     /// what it admitted — the `pre_tool` hooks over a batch, the `stop` hooks over a final answer.
     pub(super) async fn call_model(&mut self, state: &mut RunState, mut request: ModelRequest) {
         request.cache_key = Some(self.cache_key.clone());
-        if !self.may_go_on(state).await {
+        // Unless the run was interrupted or its log cannot be made durable.
+        if !self.not_interrupted(state) || (self.journal.is_some() && !self.flushed(state).await) {
             return;
         }
         let step = state.steps() + 1;
@@ -85,10 +86,13 @@ impl Run<'_> {
         let admission = self.admit(state, step, &chat, response);
         drop(chat);
         self.report_response(state, step, &admission, timed);
-        self.hooks_after(state, &admission).await;
+        if self.rules.any() && matches!(admission.1, Admission::Batch | Admission::Completed) {
+            self.hooks_after(state, &admission.1).await;
+        }
     }
 
     /// The response logged, shown on its span, and handed to the state machine (`model_end` staged).
+    #[inline]
     fn admit(
         &mut self,
         state: &mut RunState,
@@ -115,6 +119,7 @@ impl Run<'_> {
 
     /// The step's events: `model_end` (or `model_error` for a failed or refused response), and `limit_hit`
     /// when the response ended the run at a limit.
+    #[inline]
     fn report_response(&mut self, state: &RunState, step: u64, (answered, admission): &(bool, Admission), at: Timed) {
         if !self.emitter.active() {
             return;
@@ -135,10 +140,7 @@ impl Run<'_> {
     }
 
     /// The hooks over an admitted batch or a final answer, racing the caller's cancellation and the deadline.
-    async fn hooks_after(&mut self, state: &mut RunState, (_, admission): &(bool, Admission)) {
-        if !matches!(admission, Admission::Batch | Admission::Completed) {
-            return;
-        }
+    async fn hooks_after(&mut self, state: &mut RunState, admission: &Admission) {
         let Some(h) = self.rules.hooked(self.agent) else { return };
         let hooks =
             self.agent.hooks_after_response(admission, state, &self.registry, &h, &self.run_cancel, &mut self.emitter);
@@ -156,7 +158,8 @@ impl Run<'_> {
     /// the summary is asked for (by the compaction model, under the summary timeout) and recorded, with
     /// `compaction_start` and `compaction_end` around it.
     pub(super) async fn compact(&mut self, state: &mut RunState, request: ModelRequest, plan: Compaction) {
-        if !self.may_go_on(state).await {
+        // Unless the run was interrupted or its log cannot be made durable.
+        if !self.not_interrupted(state) || (self.journal.is_some() && !self.flushed(state).await) {
             return;
         }
         let step = state.steps();

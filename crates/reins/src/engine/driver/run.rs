@@ -159,6 +159,11 @@ impl RunRules {
         RunRules { policy, joined_hooks, hook_ctx, sub_agents }
     }
 
+    /// Whether the run's calls meet hooks.
+    pub(super) fn any(&self) -> bool {
+        self.hook_ctx.is_some()
+    }
+
     /// The hooks the run's calls meet and what they are told, when there are any.
     pub(super) fn hooked<'r>(&'r self, agent: &'r Agent) -> Option<Hooked<'r>> {
         Some(Hooked {
@@ -312,7 +317,9 @@ impl<'a> Run<'a> {
     /// The run loop: the state machine says what to do next, and that is done, until the run is over.
     pub(super) async fn drive(&mut self, state: &mut RunState) {
         loop {
-            self.sync_journal(state);
+            if self.journal.is_some() {
+                self.sync_journal(state);
+            }
             let steps_so_far = state.steps();
             // What sub-agents may spend: taken before the step (the batch borrows the state).
             let left = self.registry.has_sub_agents().then(|| Left::of(state));
@@ -323,7 +330,11 @@ impl<'a> Run<'a> {
                 Action::Compact(request, plan) => self.compact(state, request, plan).await,
                 Action::RunTools(batch) => {
                     let ran = self.run_tools(batch, steps_so_far, left).await;
-                    self.record_tools(state, ran).await;
+                    self.record_tools(state, ran);
+                    // Between steps: the tools may have changed (the next model turn sees the new ones).
+                    if self.agent.tool_source.is_some() {
+                        self.refresh_tools().await;
+                    }
                 }
             }
         }
@@ -368,11 +379,13 @@ impl<'a> Run<'a> {
     }
 
     /// The session the run's spans name: the journal's, else a durable performer's.
+    #[inline]
     pub(super) fn span_session(&self) -> Option<&str> {
         self.session_id.as_deref().or(self.performer.and_then(|p| p.session_id()))
     }
 
     /// Whether the run was interrupted by now (the caller cancelled, or the deadline passed).
+    #[inline]
     pub(super) fn interrupted(&self) -> Option<Interrupt> {
         if self.cancel.is_cancelled() {
             Some(Interrupt::Cancelled)
@@ -404,14 +417,16 @@ impl<'a> Run<'a> {
         state.interrupt(Status::Aborted, e.to_string(), &self.agent.context);
     }
 
-    /// Before a model call: the run goes on unless it was interrupted or its log could not be made durable
-    /// (then it ended, and this is false).
-    pub(super) async fn may_go_on(&mut self, state: &mut RunState) -> bool {
-        if let Some(i) = self.interrupted() {
-            self.stop(state, i);
-            return false;
+    /// Before a step: false when the run was interrupted (it then ended).
+    #[inline]
+    pub(super) fn not_interrupted(&mut self, state: &mut RunState) -> bool {
+        match self.interrupted() {
+            None => true,
+            Some(i) => {
+                self.stop(state, i);
+                false
+            }
         }
-        self.flushed(state).await
     }
 
     /// The log made durable: false (the run ended `aborted`) when it failed.
@@ -427,6 +442,7 @@ impl<'a> Run<'a> {
     }
 
     /// Hands the transcript items appended since the last call to the journal.
+    #[inline]
     fn sync_journal(&mut self, state: &RunState) {
         let Some(journal) = &self.journal else { return };
         let transcript = state.transcript();

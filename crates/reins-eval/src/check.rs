@@ -492,7 +492,7 @@ impl Check {
     /// A `tool_called` check: `tool` called (with arguments holding `arguments`, when given).
     fn tool_called(&self, seen: &Observed, tool: &str, arguments: Option<&serde_json::Value>) -> CheckResult {
         let r = |passed: bool, reason: String| CheckResult::of(self, passed, reason);
-        let calls: Vec<&Call> = seen.calls.iter().filter(|c| &c.name == tool).collect();
+        let calls: Vec<&Call> = seen.calls.iter().filter(|c| c.name == tool).collect();
         match arguments {
             None if calls.is_empty() => r(false, format!("{tool} was not called")),
             None => r(true, format!("{tool} was called {} time(s)", calls.len())),

@@ -33,6 +33,7 @@
 #![warn(missing_docs)]
 
 pub mod anthropic;
+mod fallback;
 pub mod gemini;
 mod media;
 mod named;
@@ -64,6 +65,7 @@ pub fn env_key(var: &str) -> Option<String> {
     get(var).or_else(|| if var == "GEMINI_API_KEY" { get("GOOGLE_API_KEY") } else { None })
 }
 
+pub use fallback::{DEFAULT_FALLBACK_COOLDOWN, FallbackModel, falls_over};
 pub use named::{
     BaseUrlEnv, MAX_MODELS_BYTES, NamedProvider, PROVIDERS, known_models, named_provider, parse_named_spec,
     provider_names, served_models,

@@ -1,0 +1,173 @@
+//! Fallback between models against real HTTP servers on 127.0.0.1: which failures fall over to the next
+//! model, that a step whose output streamed does not, and the cool-down.
+
+mod common;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Reply, Server, Step, dir, fixture};
+use reins::{Conversation, Delta, DeltaSink, Message, Model, ModelError, ModelRequest};
+use reins_providers::{Api, FallbackModel, Provider, RetryPolicy};
+use tokio_util::sync::CancellationToken;
+
+fn fast_retry() -> RetryPolicy {
+    RetryPolicy {
+        max_retries: 1,
+        initial_backoff: Duration::from_millis(5),
+        max_backoff: Duration::from_millis(10),
+        max_retry_after: Duration::from_secs(1),
+    }
+}
+
+fn provider(api: Api, url: String, stream: bool, retry: RetryPolicy) -> Arc<dyn Model> {
+    let url = if api == Api::Anthropic { url } else { format!("{url}/v1") };
+    let p = Provider::builder(api, "test-model")
+        .base_url(url)
+        .api_key(Some("sk-test".into()))
+        .stream(stream)
+        .retry(retry)
+        .build()
+        .unwrap();
+    Arc::new(p)
+}
+
+fn request() -> ModelRequest {
+    ModelRequest {
+        instructions: None,
+        messages: Conversation::from_messages(vec![Message::user("Hello")]),
+        tools: Arc::from(Vec::new()),
+        cache_key: None,
+    }
+}
+
+fn second_text() -> String {
+    let v: serde_json::Value = serde_json::from_str(&fixture("openai_chat/text.json")).unwrap();
+    v["choices"][0]["message"]["content"].as_str().unwrap().to_owned()
+}
+
+/// A listener that answers its first connection's requests 503 and, once that connection is done,
+/// closes: from then on its address refuses connections.
+async fn answers_503_then_refuses() -> (String, tokio::task::JoinHandle<()>) {
+    use hyper::server::conn::http1;
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let Ok((stream, _)) = listener.accept().await else { return };
+        drop(listener);
+        let service = service_fn(|_req: hyper::Request<hyper::body::Incoming>| async {
+            let body = http_body_util::Full::new(hyper::body::Bytes::from_static(
+                br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            ));
+            let r = hyper::Response::builder()
+                .status(503)
+                .header("content-type", "application/json")
+                .header("connection", "close")
+                .body(body)
+                .unwrap();
+            Ok::<_, Infallible>(r)
+        });
+        let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+    });
+    (url, task)
+}
+
+#[tokio::test]
+async fn a_503_then_refused_connections_fall_over_to_the_second() {
+    let (first_url, first) = answers_503_then_refuses().await;
+    let second = Server::start(vec![
+        Reply::json(200, fixture("openai_chat/text.json")),
+        Reply::json(200, fixture("openai_chat/text.json")),
+    ])
+    .await;
+    let models = vec![
+        provider(Api::Anthropic, first_url, false, fast_retry()),
+        provider(Api::OpenAiChat, second.url(""), false, fast_retry()),
+    ];
+    // No cool-down: every step asks the first again.
+    let fb = FallbackModel::new(models, Duration::ZERO);
+    // Step 1: 503, then its retry finds the port closed; the second answers.
+    let r = fb.generate(&request(), &CancellationToken::new()).await.unwrap();
+    assert_eq!(r.text, second_text());
+    first.await.unwrap();
+    // Step 2: the first refuses the connection (and its retry too); the second answers again.
+    let r = fb.generate(&request(), &CancellationToken::new()).await.unwrap();
+    assert_eq!(r.text, second_text());
+    assert_eq!(second.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn a_400_does_not_fall_over() {
+    let first = Server::start(vec![Reply::json(
+        400,
+        r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages: bad"}}"#,
+    )])
+    .await;
+    let second = Server::start(vec![Reply::json(200, fixture("openai_chat/text.json"))]).await;
+    let models = vec![
+        provider(Api::Anthropic, first.url(""), false, fast_retry()),
+        provider(Api::OpenAiChat, second.url(""), false, fast_retry()),
+    ];
+    let fb = FallbackModel::new(models, Duration::ZERO);
+    let e = fb.generate(&request(), &CancellationToken::new()).await.unwrap_err();
+    assert!(matches!(e, ModelError::Rejected { status: 400, .. }), "{e:?}");
+    assert_eq!(second.requests().len(), 0, "the second model was asked");
+    assert!(!reins_providers::falls_over(&ModelError::Unauthorized { status: 401, message: String::new() }));
+    assert!(!reins_providers::falls_over(&ModelError::ContextOverflow(String::new())));
+}
+
+#[tokio::test]
+async fn a_step_whose_output_streamed_does_not_fall_over() {
+    let text = fixture(&format!("{}/text.sse", dir(Api::Anthropic)));
+    let half = text.len() / 2;
+    let cut = Reply::sse(vec![
+        Step::Bytes(text.as_bytes()[..half].to_vec()),
+        Step::Sleep(Duration::from_millis(20)),
+        Step::Cut,
+    ]);
+    let first = Server::start(vec![cut]).await;
+    let second = Server::start(vec![Reply::json(200, fixture("openai_chat/text.json"))]).await;
+    let models = vec![
+        provider(Api::Anthropic, first.url(""), true, RetryPolicy::none()),
+        provider(Api::OpenAiChat, second.url(""), false, fast_retry()),
+    ];
+    let fb = FallbackModel::new(models, Duration::ZERO);
+    let heard = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let h = heard.clone();
+    let sink = DeltaSink::new(move |d: &Delta| h.lock().unwrap().push(d.clone()));
+    let cancel = CancellationToken::new();
+    let e = sink.scope(fb.generate(&request(), &cancel)).await.unwrap_err();
+    assert!(matches!(e, ModelError::Failed(_)), "{e:?}");
+    assert!(heard.lock().unwrap().iter().any(|d| !matches!(d, Delta::Restart { .. })), "the caller heard the output");
+    assert_eq!(second.requests().len(), 0, "the second model was asked after output streamed");
+}
+
+#[tokio::test]
+async fn a_failed_model_is_skipped_while_cooling_down_and_asked_after() {
+    let first = Server::answering(|_| Reply::json(503, r#"{"error":{"message":"unavailable"}}"#)).await;
+    let second = Server::answering(|_| Reply::json(200, fixture("openai_chat/text.json"))).await;
+    let models = || {
+        vec![
+            provider(Api::OpenAiChat, first.url(""), false, RetryPolicy::none()),
+            provider(Api::OpenAiChat, second.url(""), false, RetryPolicy::none()),
+        ]
+    };
+    // A long cool-down: after the first step the first model is not asked.
+    let fb = FallbackModel::new(models(), Duration::from_secs(3600));
+    for _ in 0..3 {
+        fb.generate(&request(), &CancellationToken::new()).await.unwrap();
+    }
+    assert_eq!(first.requests().len(), 1, "asked while cooling down");
+    assert_eq!(second.requests().len(), 3);
+    // A short one: once it is over, the first is asked again.
+    let fb = FallbackModel::new(models(), Duration::from_millis(20));
+    fb.generate(&request(), &CancellationToken::new()).await.unwrap();
+    assert_eq!(first.requests().len(), 2);
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    fb.generate(&request(), &CancellationToken::new()).await.unwrap();
+    assert_eq!(first.requests().len(), 3, "not asked again after the cool-down");
+    assert_eq!(second.requests().len(), 5);
+}

@@ -2,6 +2,9 @@
 
 // Everything printed goes through `output` (text for people escaped, stdout failures reported): no raw print.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
+// No function over 100 lines (the workspace's clippy.toml; test code may have longer ones).
+#![warn(clippy::too_many_lines)]
+#![cfg_attr(test, allow(clippy::too_many_lines))]
 
 /// A line of text for people on stdout, escaped (see `output`). Output to a closed pipe (`reins sessions list |
 /// head`) is dropped and the command ends with its own exit code; any other failed write ends it with exit 1.

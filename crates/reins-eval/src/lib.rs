@@ -10,6 +10,9 @@
 //! functions in [`stats`].
 
 #![warn(missing_docs)]
+// No function over 100 lines (the workspace's clippy.toml; test code may have longer ones).
+#![warn(clippy::too_many_lines)]
+#![cfg_attr(test, allow(clippy::too_many_lines))]
 
 mod again;
 mod check;

@@ -20,6 +20,9 @@
 //! The wire types below are the contract between the two.
 
 #![warn(missing_docs)]
+// No function over 100 lines (the workspace's clippy.toml; test code may have longer ones).
+#![warn(clippy::too_many_lines)]
+#![cfg_attr(test, allow(clippy::too_many_lines))]
 
 pub mod client;
 pub mod journal;

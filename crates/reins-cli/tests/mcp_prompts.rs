@@ -87,3 +87,40 @@ fn run_uses_an_mcp_prompt_with_its_arguments_and_refuses_a_missing_one() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("has no prompt \"nope\"") && stderr.contains("simple-prompt"), "{stderr}");
 }
+
+#[test]
+fn chat_sends_an_mcp_prompt_as_a_message_with_slash_prompt() {
+    let dir = common::Dir::new("chat-mcp-prompt");
+    let script = dir.file("script.json", &json!([{"content": "Sunny."}]).to_string());
+    let mut c = reins();
+    // The pseudo-terminal is the chat's standard input.
+    c.stdin(std::process::Stdio::inherit());
+    c.arg("chat")
+        .arg("--store")
+        .arg(dir.store())
+        .args(["--model", &format!("script:{}", script.display()), "--mcp", &everything()])
+        .env("TERM", "xterm")
+        .env("XDG_STATE_HOME", dir.0.join("state"));
+    let options = rexpect::reader::Options::new().timeout_ms(Some(60_000)).strip_ansi_escape_codes(true);
+    let mut p = rexpect::session::spawn_with_options(c, options).unwrap();
+    p.exp_string("/help").unwrap();
+    p.send_line("/prompt ev/args-prompt").unwrap();
+    p.exp_string("needs city").unwrap();
+    p.send_line("/prompt ev/args-prompt city=\"New York\"").unwrap();
+    p.exp_string("Sunny.").unwrap();
+    p.send_line("/exit").unwrap();
+    let tail = p.exp_eof().unwrap();
+    let marker = "this chat is session ";
+    let at = tail.find(marker).unwrap_or_else(|| panic!("no session named in {tail:?}"));
+    let id: String = tail[at + marker.len()..].chars().take_while(|c| c.is_ascii_hexdigit() || *c == '-').collect();
+    let out = reins().args(["sessions", "show", &id, "--json", "--store"]).arg(dir.store()).output().unwrap();
+    let session: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let first_user = session["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "message" && e["data"]["role"] == "user")
+        .map(|e| e["data"]["content"].as_str().unwrap_or_default().to_owned())
+        .unwrap();
+    assert!(first_user.contains("New York"), "the prompt's text was the message: {first_user}");
+}

@@ -172,7 +172,43 @@ impl AgentDef {
     /// The model and, for a real provider, its pricing. The API key comes from the environment variable
     /// `[provider] api_key_env` names, else the provider's own (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`,
     /// `GROQ_API_KEY`, ...; a local server's none), never from the definition.
+    ///
+    /// With fallbacks (`model = [...]`, `--fallback-model`) the model is a [`reins_providers::FallbackModel`]
+    /// over each of them, built alike (the pricing is the first's).
     pub fn build_model(&self) -> Result<(Arc<dyn Model>, Option<Pricing>), BuildError> {
+        let spec = self.model_spec()?;
+        if spec.fallbacks().is_empty() {
+            return self.build_one_model();
+        }
+        let (first, pricing) = self.with_model(spec.alone()).build_one_model()?;
+        let mut models = vec![first];
+        for m in spec.fallbacks() {
+            models.push(self.with_model(m.clone()).build_one_model()?.0);
+        }
+        let cooldown = self.fallback_cooldown.map_or(reins_providers::DEFAULT_FALLBACK_COOLDOWN, |d| d.0);
+        Ok((Arc::new(reins_providers::FallbackModel::new(models, cooldown)), pricing))
+    }
+
+    /// This definition with `model` as its model.
+    fn with_model(&self, model: crate::value::ModelSpec) -> AgentDef {
+        let mut def = self.clone();
+        def.model = Some(model);
+        def
+    }
+
+    /// Each fallback model of `model` without a known price (checked when a cost limit applies).
+    fn unpriced_fallback(&self) -> Result<Option<crate::value::ModelSpec>, BuildError> {
+        let Some(spec) = &self.model else { return Ok(None) };
+        for m in spec.fallbacks() {
+            if self.with_model(m.clone()).build_one_model()?.0.price().is_none() {
+                return Ok(Some(m.clone()));
+            }
+        }
+        Ok(None)
+    }
+
+    /// [`AgentDef::build_model`] of the first model alone.
+    fn build_one_model(&self) -> Result<(Arc<dyn Model>, Option<Pricing>), BuildError> {
         let spec = self.model_spec()?;
         let (api, name) = match spec.kind() {
             (ModelKind::Script, file) => return self.script_model(spec, file),
@@ -489,6 +525,9 @@ impl AgentDef {
         if let Some(max) = cost_limit {
             if model.price().is_none() {
                 return Err(unpriced("model", self.model.as_ref(), max));
+            }
+            if let Some(m) = self.unpriced_fallback()? {
+                return Err(unpriced("model", Some(&m), max));
             }
         }
         let mut workspace = self.build_workspace()?;

@@ -43,6 +43,9 @@ pub struct AgentDef {
     /// The model: `script:FILE`, `openai:MODEL`, `openai-chat:MODEL` or `anthropic:MODEL`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelSpec>,
+    /// With a list of models: how long a model that failed is skipped before it is asked again (default 60s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_cooldown: Option<crate::value::Dur>,
     /// The instructions (system prompt), after the built-in workspace preamble and AGENTS.md.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instructions: Option<String>,
@@ -592,9 +595,7 @@ impl AgentDef {
     pub fn resolve_paths(&mut self, base_dir: &Path) {
         let join = |p: &Path| if p.is_relative() { base_dir.join(p) } else { p.to_path_buf() };
         if let Some(model) = &self.model {
-            if let (ModelKind::Script, file) = model.kind() {
-                self.model = Some(model.with_script_path(&join(Path::new(file))));
-            }
+            self.model = Some(model.map_script_paths(&join));
         }
         if let Some(model) = &self.context.compact_model {
             if let (ModelKind::Script, file) = model.kind() {

@@ -195,9 +195,11 @@ pub enum ModelKind {
 
 /// The model, as `--model` takes it: `script:FILE`, `openai:MODEL`, `openai-chat:MODEL`, `anthropic:MODEL`, or
 /// `NAME:MODEL` with a provider of [`reins_providers::PROVIDERS`] (`ollama:qwen3`, `groq:...`, `azure:DEPLOYMENT`).
-/// Recorded as written; [`ModelSpec::named`] says what it resolves to.
+/// Recorded as written; [`ModelSpec::named`] says what it resolves to. In a definition it may be a list
+/// (`model = ["anthropic:...", "openai:..."]`): the first is the model, the others the ones a step falls over
+/// to ([`ModelSpec::fallbacks`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct ModelSpec(String);
+pub struct ModelSpec(String, Vec<ModelSpec>);
 
 impl ModelSpec {
     /// The spec as written.
@@ -226,7 +228,33 @@ impl ModelSpec {
         }
     }
     pub(crate) fn with_script_path(&self, path: &std::path::Path) -> ModelSpec {
-        ModelSpec(format!("script:{}", path.display()))
+        ModelSpec(format!("script:{}", path.display()), self.1.clone())
+    }
+    /// The models a step falls over to, in order (none for a single model).
+    pub fn fallbacks(&self) -> &[ModelSpec] {
+        &self.1
+    }
+    /// The same model with `more` appended to its fallbacks (`--fallback-model`).
+    pub fn with_fallbacks(mut self, more: impl IntoIterator<Item = ModelSpec>) -> ModelSpec {
+        for m in more {
+            self.1.push(ModelSpec(m.0, Vec::new()));
+            self.1.extend(m.1);
+        }
+        self
+    }
+    /// This model alone, without its fallbacks.
+    pub fn alone(&self) -> ModelSpec {
+        ModelSpec(self.0.clone(), Vec::new())
+    }
+    /// Each model's script path (if any) passed through `f`.
+    pub(crate) fn map_script_paths(&self, f: &dyn Fn(&std::path::Path) -> std::path::PathBuf) -> ModelSpec {
+        let one = |m: &ModelSpec| match m.kind() {
+            (ModelKind::Script, file) => {
+                ModelSpec(format!("script:{}", f(std::path::Path::new(file)).display()), Vec::new())
+            }
+            _ => m.alone(),
+        };
+        ModelSpec(one(self).0, self.1.iter().map(one).collect())
     }
 }
 
@@ -250,9 +278,9 @@ impl FromStr for ModelSpec {
         }
         match prefix {
             "script" if rest.is_empty() => Err(format!("{s:?} names no script file after the colon")),
-            "script" => Ok(Self(s.to_owned())),
+            "script" => Ok(Self(s.to_owned(), Vec::new())),
             p if reins_providers::named_provider(p).is_some() => match reins_providers::Api::parse_spec(s) {
-                Ok(_) => Ok(Self(s.to_owned())),
+                Ok(_) => Ok(Self(s.to_owned(), Vec::new())),
                 Err(e) => Err(e.to_string().trim_start_matches("invalid model: ").to_owned()),
             },
             // Other servers that speak OpenAI's Chat Completions are reached through `openai-chat:` with their base
@@ -268,16 +296,38 @@ impl FromStr for ModelSpec {
 
 impl Serialize for ModelSpec {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0)
+        if self.1.is_empty() {
+            return s.serialize_str(&self.0);
+        }
+        let all: Vec<&str> = std::iter::once(self.0.as_str()).chain(self.1.iter().map(|m| m.0.as_str())).collect();
+        all.serialize(s)
+    }
+}
+
+struct ModelSpecVisitor;
+
+impl<'de> Visitor<'de> for ModelSpecVisitor {
+    type Value = ModelSpec;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a model such as \"openai:gpt-4.1-mini\" or \"script:turns.json\", or a list of them")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<ModelSpec, E> {
+        v.parse().map_err(E::custom)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ModelSpec, A::Error> {
+        let mut all = Vec::new();
+        while let Some(s) = seq.next_element::<String>()? {
+            all.push(s.parse::<ModelSpec>().map_err(de::Error::custom)?);
+        }
+        let mut it = all.into_iter();
+        let Some(first) = it.next() else { return Err(de::Error::custom("expected at least one model in the list")) };
+        Ok(first.with_fallbacks(it))
     }
 }
 
 impl<'de> Deserialize<'de> for ModelSpec {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match seen(d)? {
-            Seen::Str(s) => s.parse().map_err(de::Error::custom),
-            other => Err(expected("a model such as \"openai:gpt-4.1-mini\" or \"script:turns.json\"", &other)),
-        }
+        d.deserialize_any(ModelSpecVisitor)
     }
 }
 

@@ -28,6 +28,19 @@ fn positive(n: Option<u64>) -> Option<Positive> {
     n.and_then(Positive::new)
 }
 
+/// The models of `--fallback-model`, in order (a script path relative to the current directory).
+fn fallback_flags(args: &RunArgs) -> Result<Vec<reins_agent::ModelSpec>, CliError> {
+    let here = reins_agent::absolute(std::path::Path::new("."));
+    let mut out = Vec::new();
+    for spec in &args.fallback_models {
+        let m: reins_agent::ModelSpec = spec.parse().map_err(|e| usage(format!("--fallback-model {spec:?}: {e}")))?;
+        let mut d = AgentDef { model: Some(m), ..AgentDef::default() };
+        d.resolve_paths(&here);
+        out.extend(d.model);
+    }
+    Ok(out)
+}
+
 /// The layer the flags of `reins run` make: only what was given.
 pub fn flags_layer(args: &RunArgs) -> Result<AgentDef, CliError> {
     let mut d = AgentDef::default();
@@ -159,6 +172,16 @@ pub fn resolve(args: &RunArgs, session: Option<(&str, AgentDef)>) -> Result<(Res
     }
     layers.extend(crate::resolve::override_layers(&args.overrides)?);
     let mut flags = flags_layer(args)?;
+    if !args.fallback_models.is_empty() {
+        let beneath = || reins_agent::resolve(&layers).map(|r| r.def.model).map_err(def_err);
+        let base = match flags.model.clone() {
+            Some(m) => m,
+            None => {
+                beneath()?.ok_or_else(|| usage("--fallback-model needs a model: --model or the agent's `model`"))?
+            }
+        };
+        flags.model = Some(base.with_fallbacks(fallback_flags(args)?));
+    }
     layers.push(Layer::new(Origin::Flag, flags.clone()));
     let mut resolved = reins_agent::resolve(&layers).map_err(def_err)?;
     if let Some((id, Some(was))) = &resumed {

@@ -18,6 +18,10 @@ pub struct RunArgs {
     /// The model, as PROVIDER:NAME. `script:FILE.json` replays a script file (docs/src/contracts.md).
     #[arg(long, short = 'm')]
     pub model: Option<String>,
+    /// A model a step falls over to when the model fails in a way another provider can fix (connection
+    /// errors, timeouts, 408, 429, 5xx, after its retries), before any output streamed. Repeatable, in order.
+    #[arg(long = "fallback-model", value_name = "SPEC")]
+    pub fallback_models: Vec<String>,
     /// Sets any agent-file key, dotted (`limits.max_steps=5`, `provider.temperature=0.2`, `model="openai:gpt-4.1"`):
     /// the value is TOML, else taken as a string. Repeatable (a later one wins); over the agent file, beneath the
     /// other flags. An unknown key or a bad value is exit 2, naming it.

@@ -100,8 +100,15 @@ fn mcp_list_shows_servers_whether_they_start_and_their_tools() {
         .unwrap();
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "one server did not start\nstdout: {stdout}\nstderr: {stderr}");
-    assert!(stdout.contains("fromfile: started (reins-test-py 1.0.0), protocol 2026-07-28, 9 tools, 0 resources, 0 prompts"), "{stdout}");
-    assert!(stdout.contains("py: started (reins-test-py 1.0.0), protocol 2026-07-28, 9 tools, 0 resources, 0 prompts"), "{stdout}");
+    assert!(
+        stdout
+            .contains("fromfile: started (reins-test-py 1.0.0), protocol 2026-07-28, 9 tools, 0 resources, 0 prompts"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("py: started (reins-test-py 1.0.0), protocol 2026-07-28, 9 tools, 0 resources, 0 prompts"),
+        "{stdout}"
+    );
     assert!(stdout.contains("  py__add           Adds two integers."), "{stdout}");
     assert!(stdout.contains("gone: did not start; stdio: /nonexistent/mcp-server"), "{stdout}");
     assert!(stdout.contains("could not start \"/nonexistent/mcp-server\""), "{stdout}");

@@ -269,6 +269,9 @@ fn show(session: &Session, events: bool) {
                 if let Some(err) = e.data["error"].as_str() {
                     outln!("  ✗ model error: {}", crate::render::preview(err));
                 }
+                if let Some(model) = e.data["response"]["answered_by"]["model"].as_str() {
+                    outln!("  ↪ answered by {} (fallback)", one_line(model));
+                }
             }
             kind::EVENT if events => {
                 let line = serde_json::to_string(&e.data).ok().and_then(|l| Event::from_json(&l).ok());

@@ -269,3 +269,39 @@ fn models_of_a_local_server_are_the_ones_it_serves() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("is llamacpp running?"), "{}", stderr(&out));
 }
+
+#[test]
+fn a_step_a_fallback_answered_names_it_in_the_events_and_the_session() {
+    // The first model's address refuses connections; the second answers.
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let (addr, got) = serve(fixture("openai_responses/text.json"));
+    let dir = common::Dir::new("named-fallback-answered");
+    let agent =
+        dir.file("agent.toml", "model = [\"ollama:qwen3\", \"azure:gpt-4o-mini\"]\n[provider]\nmax_retries = 0\n");
+    let store = dir.store();
+    let endpoint = format!("http://{addr}/");
+    let envs = [("OLLAMA_HOST", closed.as_str()), ("AZURE_OPENAI_ENDPOINT", &endpoint), ("AZURE_OPENAI_API_KEY", "k")];
+    let (agent, store) = (agent.to_str().unwrap(), store.to_str().unwrap());
+    let out = reins(&["run", "--agent", agent, "--store", store, "--json", "hi"], &envs);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(got.recv().unwrap().path, "/openai/v1/responses");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let end = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["type"] == "model_end")
+        .unwrap_or_else(|| panic!("no model_end in {stdout}"));
+    let model = end["model"].as_str().unwrap_or_else(|| panic!("no model in {end}"));
+    assert!(model.ends_with("gpt-4o-mini"), "{end}");
+    let out = reins(&["sessions", "list", "--store", store, "--json"], &[]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let id = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .flat_map(|v| if v.is_array() { v.as_array().cloned().unwrap_or_default() } else { vec![v] })
+        .find_map(|v| v["id"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| panic!("no session in {text}"));
+    let out = reins(&["sessions", "show", &id, "--store", store], &[]);
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(shown.contains(&format!("answered by {model} (fallback)")), "{shown}");
+}

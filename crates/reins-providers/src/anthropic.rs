@@ -310,6 +310,7 @@ fn assemble(blocks: impl IntoIterator<Item = Block>, stop: Option<&str>, usage: 
         reasoning: (!reasoning.is_empty()).then(|| reasoning.join("\n\n")),
         reasoning_items: items,
         finish_reason: stop.map(stop_reason),
+        answered_by: None,
     }
 }
 

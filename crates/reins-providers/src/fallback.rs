@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use reins::{Delta, DeltaSink, Model, ModelError, ModelIdentity, ModelRequest, ModelResponse};
+use reins::{AnsweredBy, Delta, DeltaSink, Model, ModelError, ModelIdentity, ModelRequest, ModelResponse};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -107,6 +107,17 @@ async fn ask(
     (result, streamed.load(Ordering::Relaxed))
 }
 
+/// The name and price of `model`, the `i`-th of the list, answering in place of the first.
+fn answered_by(model: &dyn Model, i: usize) -> AnsweredBy {
+    let id = model.identity();
+    let model_name = match (id.provider, id.model) {
+        (Some(p), Some(m)) => format!("{p}:{m}"),
+        (None, Some(m)) => m.to_string(),
+        (_, None) => format!("#{}", i + 1),
+    };
+    AnsweredBy { model: model_name, price: model.price() }
+}
+
 #[async_trait]
 impl Model for FallbackModel {
     async fn generate(&self, request: &ModelRequest, cancel: &CancellationToken) -> Result<ModelResponse, ModelError> {
@@ -116,8 +127,11 @@ impl Model for FallbackModel {
             let Some(model) = self.models.get(i) else { continue };
             let (result, streamed) = ask(model.as_ref(), request, cancel).await;
             match result {
-                Ok(response) => {
+                Ok(mut response) => {
                     self.recovered(i);
+                    if i != 0 {
+                        response.answered_by = Some(Box::new(answered_by(model.as_ref(), i)));
+                    }
                     return Ok(response);
                 }
                 Err(e) if !falls_over(&e) || streamed || cancel.is_cancelled() => return Err(e),
@@ -135,12 +149,14 @@ impl Model for FallbackModel {
         Err(last)
     }
 
-    /// The first model's (the one a run is meant to use).
+    /// The first model's (the one a run is meant to use; a step another answered names it in
+    /// [`ModelResponse::answered_by`]).
     fn identity(&self) -> ModelIdentity {
         self.models.first().map(|m| m.identity()).unwrap_or_default()
     }
 
-    /// The first model's price.
+    /// The first model's price (a step another answered carries that one's in
+    /// [`ModelResponse::answered_by`]).
     fn price(&self) -> Option<reins::Price> {
         self.models.first().and_then(|m| m.price())
     }

@@ -561,6 +561,7 @@ impl Turn {
             reasoning: (!self.reasoning.is_empty()).then_some(self.reasoning),
             reasoning_items: self.items,
             finish_reason,
+            answered_by: None,
         })
     }
 }

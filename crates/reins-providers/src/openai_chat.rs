@@ -177,6 +177,7 @@ pub(crate) fn parse(v: &Value) -> Result<ModelResponse, Failure> {
         reasoning: (!reasoning.is_empty()).then(|| reasoning.to_owned()),
         reasoning_items: Vec::new(),
         finish_reason: finish,
+        answered_by: None,
     })
 }
 
@@ -316,6 +317,7 @@ impl Stream {
             reasoning: (!self.reasoning.is_empty()).then_some(self.reasoning),
             reasoning_items: Vec::new(),
             finish_reason: finish,
+            answered_by: None,
         })
     }
 }

@@ -215,6 +215,7 @@ fn assemble(items: impl IntoIterator<Item = Item>, response: &Value) -> ModelRes
         reasoning: (!reasoning.is_empty()).then(|| reasoning.join("\n\n")),
         reasoning_items: kept,
         finish_reason: finish,
+        answered_by: None,
     }
 }
 

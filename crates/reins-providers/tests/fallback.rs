@@ -171,3 +171,44 @@ async fn a_failed_model_is_skipped_while_cooling_down_and_asked_after() {
     assert_eq!(first.requests().len(), 3, "not asked again after the cool-down");
     assert_eq!(second.requests().len(), 5);
 }
+
+#[tokio::test]
+async fn a_step_the_second_answered_is_named_and_priced_as_the_second() {
+    use reins::{Agent, Event, Price, Status};
+    let first = Server::answering(|_| Reply::json(503, r#"{"error":{"message":"unavailable"}}"#)).await;
+    let second = Server::answering(|_| Reply::json(200, fixture("openai_chat/text.json"))).await;
+    let priced = |url: String, price: Price| -> Arc<dyn Model> {
+        let p = Provider::builder(Api::OpenAiChat, "test-model")
+            .base_url(format!("{url}/v1"))
+            .api_key(Some("sk-test".into()))
+            .retry(RetryPolicy::none())
+            .price(price)
+            .build()
+            .unwrap();
+        Arc::new(p)
+    };
+    let (dear, cheap) = (Price::new(100.0, 400.0), Price::new(1.0, 4.0));
+    let second_model = priced(second.url(""), cheap);
+    let id = second_model.identity();
+    let second_name = format!("{}:{}", id.provider.unwrap(), id.model.unwrap());
+    let fb = FallbackModel::new(vec![priced(first.url(""), dear), second_model], Duration::ZERO);
+    let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let e = events.clone();
+    let agent = Agent::builder(fb)
+        .observer(move |ev: &Event| {
+            e.lock().unwrap().push(serde_json::from_str::<serde_json::Value>(&ev.to_json()).unwrap());
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    let outcome = agent.run("Hello", CancellationToken::new()).await;
+    assert_eq!(outcome.status, Status::Completed, "{:?}", outcome.error);
+    assert_eq!((first.requests().len(), second.requests().len()), (1, 1));
+    let events = events.lock().unwrap().clone();
+    let end = events.iter().find(|e| e["type"] == "model_end").expect("a model_end");
+    assert_eq!(end["model"], second_name.as_str(), "{end}");
+    let usage: reins::Usage = serde_json::from_value(end["usage"].clone()).unwrap();
+    let cost = cheap.cost(&usage);
+    assert!(cost > 0.0 && (end["cost_usd"].as_f64().unwrap() - cost).abs() < 1e-12, "{end}");
+    assert!((outcome.cost_usd.unwrap() - cost).abs() < 1e-12, "priced as the first: {:?}", outcome.cost_usd);
+}

@@ -62,6 +62,9 @@ pub enum EventKind {
         /// What this response cost in US dollars, when the model's price and the usage are known.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cost_usd: Option<f64>,
+        /// The model that answered, only when it is not the run's (a fallback answered the step).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
     },
     /// A model call failed or its response was refused.
     ModelError {
@@ -435,6 +438,7 @@ impl Emitter {
                     text: None,
                     finish_reason: None,
                     cost_usd: None,
+                    model: None,
                 }),
                 tool_start: event(EventKind::ToolStart {
                     call_id: Arc::clone(&blank),
@@ -493,10 +497,12 @@ impl Emitter {
     #[inline]
     pub(crate) fn stage_model_end(&mut self, step: u64, response: &ModelResponse, price: Option<&Price>) {
         let Some(s) = self.step.as_deref_mut() else { return };
-        if let EventKind::ModelEnd { step: st, usage, tool_calls, text, finish_reason, cost_usd, .. } =
+        if let EventKind::ModelEnd { step: st, usage, tool_calls, text, finish_reason, cost_usd, model, .. } =
             &mut s.model_end.kind
         {
+            let price = response.answered_by.as_ref().map_or(price, |by| by.price.as_ref());
             *cost_usd = price.zip(response.usage.as_ref()).map(|(p, u)| p.cost(u));
+            *model = response.answered_by.as_ref().map(|by| by.model.clone());
             (*st, *usage, *tool_calls) = (step, response.usage, response.tool_calls.len());
             if self.include_content {
                 *text = Some(response.text.clone());

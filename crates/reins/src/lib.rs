@@ -113,7 +113,8 @@ pub use journal::{Journal, JournalError, RunJournal};
 pub use limits::{ConfigError, DurationError, Limits, MIN_DURATION, parse_duration};
 pub use message::{Message, Reasoning, ToolCall, ToolResult};
 pub use model::{
-    Conversation, Delta, DeltaSink, FinishReason, Model, ModelError, ModelIdentity, ModelRequest, ModelResponse,
+    AnsweredBy, Conversation, Delta, DeltaSink, FinishReason, Model, ModelError, ModelIdentity, ModelRequest,
+    ModelResponse,
 };
 pub use outcome::{AgentTotals, Outcome, Status};
 pub use output::{FINAL_ANSWER_TOOL, OutputSchema, OutputSchemaError};

@@ -307,6 +307,21 @@ pub struct ModelResponse {
     /// Why the model stopped, where it said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<FinishReason>,
+    /// The model that answered, when it is not the one the run names: set by a model over several (the
+    /// fallback of `reins-providers`) when a step fell over. The step is priced at its price, and its
+    /// `model_end` event and session record name it. `None` (the usual case) is "the run's model".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<Box<AnsweredBy>>,
+}
+
+/// The model that answered a step in place of the run's (see [`ModelResponse::answered_by`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AnsweredBy {
+    /// Its name, `provider:model` where the provider is known.
+    pub model: String,
+    /// Its price, where known (a step with usage and no price leaves the run's cost unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<crate::cost::Price>,
 }
 
 impl ModelResponse {

@@ -112,7 +112,15 @@ pub fn parse_response(v: &Value) -> Result<ModelResponse, ResponseError> {
                 .map_err(|e| ResponseError(format!("finish_reason: {e}")))?,
         ),
     };
-    let r = ModelResponse { text, tool_calls, usage, reasoning, reasoning_items: Vec::new(), finish_reason };
+    let r = ModelResponse {
+        text,
+        tool_calls,
+        usage,
+        reasoning,
+        reasoning_items: Vec::new(),
+        finish_reason,
+        answered_by: None,
+    };
     check_response(&r)?;
     Ok(r)
 }

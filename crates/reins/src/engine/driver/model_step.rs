@@ -103,7 +103,10 @@ impl Run<'_> {
         if let Some(j) = &self.journal {
             j.response(step, response.as_ref());
         }
-        spans::chat_response(chat, response.as_ref(), self.span_content, state.price());
+        // A step another model answered (a fallback) is priced at that model's price.
+        let answered_by = response.as_ref().ok().and_then(|r| r.answered_by.as_ref());
+        let price = answered_by.map_or(state.price(), |by| by.price.as_ref()).copied();
+        spans::chat_response(chat, response.as_ref(), self.span_content, price.as_ref());
         let answered = response.is_ok();
         if let Ok(r) = &response {
             self.emitter.stage_model_end(step, r, state.price());

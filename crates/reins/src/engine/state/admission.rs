@@ -46,7 +46,12 @@ impl RunState {
             return self.end(Status::ModelError, None, Some("invalid usage: the run's token totals overflow".into()));
         };
         self.usage = usage;
-        self.charge(self.price, response.usage.as_ref());
+        match &response.answered_by {
+            None => self.charge(self.price, response.usage.as_ref()),
+            // Another model answered: priced at its price; without one, the run's cost is unknown.
+            Some(by) if by.price.is_none() && response.usage.is_some() => self.unpriced_calls += 1,
+            Some(by) => self.charge(by.price, response.usage.as_ref()),
+        }
         self.finish_reason = response.finish_reason.clone();
         if let Some(detail) = self.token_limit_hit() {
             return self.end(Status::TokenLimit, None, Some(detail));

@@ -186,7 +186,8 @@ impl AgentDef {
             models.push(self.with_model(m.clone()).build_one_model()?.0);
         }
         let cooldown = self.fallback_cooldown.map_or(reins_providers::DEFAULT_FALLBACK_COOLDOWN, |d| d.0);
-        Ok((Arc::new(reins_providers::FallbackModel::new(models, cooldown)), pricing))
+        let names = std::iter::once(spec).chain(spec.fallbacks()).map(|m| m.as_str().to_owned()).collect();
+        Ok((Arc::new(reins_providers::FallbackModel::new(models, cooldown).named(names)), pricing))
     }
 
     /// This definition with `model` as its model.

@@ -145,9 +145,11 @@ fn run_line(event: &Event) -> Option<String> {
             format!("▶ run {}{session} · tools: {}", event.run_id, tools.join(", "))
         }
         EventKind::ModelStart { .. } => return None,
-        EventKind::ModelEnd { step, duration_ms, tool_calls, text, .. } => {
+        EventKind::ModelEnd { step, duration_ms, tool_calls, text, model, .. } => {
             let text = text.as_deref().filter(|t| !t.is_empty()).map(preview).unwrap_or_default();
-            format!("  step {step} · model {} · {tool_calls} tool call(s) {text}", human_ms(*duration_ms))
+            // A step a fallback model answered names it.
+            let by = model.as_deref().map(|m| format!(" ({})", preview(m))).unwrap_or_default();
+            format!("  step {step} · model{by} {} · {tool_calls} tool call(s) {text}", human_ms(*duration_ms))
         }
         EventKind::ModelError { step, error, .. } => format!("  step {step} · model error: {}", preview(error)),
         EventKind::ToolStart { name, arguments, .. } => {

@@ -282,8 +282,13 @@ fn a_step_a_fallback_answered_names_it_in_the_events_and_the_session() {
     let endpoint = format!("http://{addr}/");
     let envs = [("OLLAMA_HOST", closed.as_str()), ("AZURE_OPENAI_ENDPOINT", &endpoint), ("AZURE_OPENAI_API_KEY", "k")];
     let (agent, store) = (agent.to_str().unwrap(), store.to_str().unwrap());
+    // The progress lines name it too.
+    let out = reins(&["run", "--agent", agent, "--store", store, "hi"], &envs);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("step 1 · model (azure:gpt-4o-mini) "), "{}", stderr(&out));
     let out = reins(&["run", "--agent", agent, "--store", store, "--json", "hi"], &envs);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(got.recv().unwrap().path, "/openai/v1/responses");
     assert_eq!(got.recv().unwrap().path, "/openai/v1/responses");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let end = stdout
@@ -291,8 +296,9 @@ fn a_step_a_fallback_answered_names_it_in_the_events_and_the_session() {
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .find(|v| v["type"] == "model_end")
         .unwrap_or_else(|| panic!("no model_end in {stdout}"));
+    // Named as written in the agent file.
     let model = end["model"].as_str().unwrap_or_else(|| panic!("no model in {end}"));
-    assert!(model.ends_with("gpt-4o-mini"), "{end}");
+    assert_eq!(model, "azure:gpt-4o-mini", "{end}");
     let out = reins(&["sessions", "list", "--store", store, "--json"], &[]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let id = text

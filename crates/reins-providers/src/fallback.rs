@@ -38,6 +38,8 @@ pub struct FallbackModel {
     cooldown: Duration,
     /// Per model, until when it is skipped.
     cooled: Mutex<Vec<Option<Instant>>>,
+    /// Per model, the name a step it answered is said to be answered by (see [`FallbackModel::named`]).
+    names: Vec<String>,
 }
 
 impl std::fmt::Debug for FallbackModel {
@@ -50,7 +52,14 @@ impl FallbackModel {
     /// Falls over along `models`, in order, cooling a failed model down for `cooldown`.
     pub fn new(models: Vec<Arc<dyn Model>>, cooldown: Duration) -> Self {
         let cooled = Mutex::new(vec![None; models.len()]);
-        Self { models, cooldown, cooled }
+        Self { models, cooldown, cooled, names: Vec::new() }
+    }
+
+    /// The same, naming each model (in order) as the user wrote it (`azure:gpt-4o-mini`) in the
+    /// [`ModelResponse::answered_by`] of a step it answered; without a name, a model is named by its identity.
+    pub fn named(mut self, names: Vec<String>) -> Self {
+        self.names = names;
+        self
     }
 
     /// The models, in order.
@@ -107,13 +116,14 @@ async fn ask(
     (result, streamed.load(Ordering::Relaxed))
 }
 
-/// The name and price of `model`, the `i`-th of the list, answering in place of the first.
-fn answered_by(model: &dyn Model, i: usize) -> AnsweredBy {
+/// The name (`name` where given) and price of `model`, the `i`-th of the list, answering in place of the first.
+fn answered_by(model: &dyn Model, i: usize, name: Option<&String>) -> AnsweredBy {
     let id = model.identity();
-    let model_name = match (id.provider, id.model) {
-        (Some(p), Some(m)) => format!("{p}:{m}"),
-        (None, Some(m)) => m.to_string(),
-        (_, None) => format!("#{}", i + 1),
+    let model_name = match (name, id.provider, id.model) {
+        (Some(n), _, _) => n.clone(),
+        (None, Some(p), Some(m)) => format!("{p}:{m}"),
+        (None, None, Some(m)) => m.to_string(),
+        (None, _, None) => format!("#{}", i + 1),
     };
     AnsweredBy { model: model_name, price: model.price() }
 }
@@ -130,7 +140,7 @@ impl Model for FallbackModel {
                 Ok(mut response) => {
                     self.recovered(i);
                     if i != 0 {
-                        response.answered_by = Some(Box::new(answered_by(model.as_ref(), i)));
+                        response.answered_by = Some(Box::new(answered_by(model.as_ref(), i, self.names.get(i))));
                     }
                     return Ok(response);
                 }

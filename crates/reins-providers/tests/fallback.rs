@@ -212,3 +212,30 @@ async fn a_step_the_second_answered_is_named_and_priced_as_the_second() {
     assert!(cost > 0.0 && (end["cost_usd"].as_f64().unwrap() - cost).abs() < 1e-12, "{end}");
     assert!((outcome.cost_usd.unwrap() - cost).abs() < 1e-12, "priced as the first: {:?}", outcome.cost_usd);
 }
+
+#[tokio::test]
+async fn a_step_a_model_of_unknown_price_answered_leaves_the_runs_cost_unknown() {
+    use reins::{Agent, Price, Status};
+    let first = Server::answering(|_| Reply::json(503, r#"{"error":{"message":"unavailable"}}"#)).await;
+    let second = Server::answering(|_| Reply::json(200, fixture("openai_chat/text.json"))).await;
+    let build = |url: String, price: Option<Price>| -> Arc<dyn Model> {
+        let b = Provider::builder(Api::OpenAiChat, "test-model")
+            .base_url(format!("{url}/v1"))
+            .api_key(Some("sk-test".into()))
+            .retry(RetryPolicy::none());
+        Arc::new(
+            match price {
+                Some(p) => b.price(p),
+                None => b,
+            }
+            .build()
+            .unwrap(),
+        )
+    };
+    let models = vec![build(first.url(""), Some(Price::new(1.0, 4.0))), build(second.url(""), None)];
+    let agent = Agent::builder(FallbackModel::new(models, Duration::ZERO)).build().unwrap();
+    let outcome = agent.run("Hello", CancellationToken::new()).await;
+    assert_eq!(outcome.status, Status::Completed, "{:?}", outcome.error);
+    assert_eq!(second.requests().len(), 1);
+    assert_eq!(outcome.cost_usd, None, "a step of unknown price was counted as free");
+}

@@ -122,7 +122,10 @@ fn cut(text: &str, total: usize, max: usize, file: &str) -> String {
     let (head, tail) = (&text[..head_end], &text[tail_start..]);
     // The first omitted line is the one the head ends in; the last, the one the tail starts in.
     let first = head.matches('\n').count() + 1;
-    let last = lines.saturating_sub(tail.matches('\n').count()).max(first);
+    // Counted from the start: a tail that begins on a line's newline starts in that line (a count of the tail's
+    // own newlines from the end put it one line too late); one that begins a line keeps that line whole.
+    let before = &text[..tail_start];
+    let last = (before.matches('\n').count() + usize::from(!before.ends_with('\n'))).min(lines).max(first);
     let mut out = String::with_capacity(head.len() + tail.len() + widest + 8);
     out.push_str(head);
     out.push_str(&marker(total - head_len - tail_len, first, last));
@@ -161,6 +164,27 @@ mod tests {
         let small = spill.apply(ToolOutput::Text("short".into()), "srv", "t").into_text();
         assert_eq!(small, "short");
         assert_eq!(std::fs::read_dir(dir.path().join(SPILL_DIR)).unwrap().count(), 1);
+    }
+
+    /// Wherever the cut falls (inside a line, on its newline, at its start), the marker names exactly the lines
+    /// that are not wholly kept: the line before the first and the line after the last are whole in the output.
+    #[test]
+    fn the_marker_names_the_omitted_lines_wherever_the_cut_falls() {
+        let text: String = (1..=500).map(|i| format!("line {i}\n")).collect();
+        let total = text.chars().count();
+        for max in 400..520 {
+            let out = cut(&text, total, max, ".reins/spill/f.txt");
+            let range = out.split("(lines ").nth(1).and_then(|s| s.split(" of").next()).unwrap();
+            let (first, last) = range.split_once('–').unwrap();
+            let (first, last): (usize, usize) = (first.parse().unwrap(), last.parse().unwrap());
+            let (head, tail) = out.split_once("\n[…").unwrap();
+            let tail = tail.split_once("…]\n").unwrap().1;
+            let head = format!("\n{head}");
+            assert!(!head.contains(&format!("\nline {first}\n")), "max {max}: line {first} is whole");
+            assert!(first == 1 || head.contains(&format!("\nline {}\n", first - 1)), "max {max}");
+            assert!(!format!("\n{tail}").contains(&format!("\nline {last}\n")), "max {max}: line {last} is whole");
+            assert!(format!("\n{tail}").contains(&format!("\nline {}\n", last + 1)), "max {max}: {tail:?}");
+        }
     }
 
     #[test]

@@ -2,12 +2,13 @@
 //! then each field of its schema in turn (`/decline` declines, `/cancel` or the end of input cancels). The
 //! answer is checked against the server's schema before it is sent; one that does not match is asked again.
 
-use std::io::BufRead as _;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use reins_mcp::elicit::{ElicitationRequest, Elicited, Elicitor};
 use serde_json::{Map, Value};
+
+use crate::terminal_approver::read_line;
 
 /// Asks on standard error, reads standard input.
 pub struct TerminalElicitor;
@@ -19,20 +20,6 @@ pub fn register_on_terminal() {
     if crate::terminal_approver::on_terminal() {
         reins_mcp::elicit::set_elicitor(Some(Arc::new(TerminalElicitor)));
     }
-}
-
-/// One line from standard input (`None` at its end), read off the async runtime.
-async fn read_line() -> Option<String> {
-    tokio::task::spawn_blocking(|| {
-        let mut line = String::new();
-        match std::io::stdin().lock().read_line(&mut line) {
-            Ok(0) | Err(_) => None,
-            Ok(_) => Some(line.trim().to_owned()),
-        }
-    })
-    .await
-    .ok()
-    .flatten()
 }
 
 /// What one typed line is as a value of the field `schema`, or why it is not.

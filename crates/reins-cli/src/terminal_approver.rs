@@ -85,7 +85,7 @@ impl Answers for StdinAnswers {
 }
 
 /// One line from standard input (`None` at its end), read off the async runtime.
-async fn read_line() -> Option<String> {
+pub(crate) async fn read_line() -> Option<String> {
     tokio::task::spawn_blocking(|| {
         let mut line = String::new();
         match std::io::stdin().lock().read_line(&mut line) {

@@ -49,6 +49,16 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// A Chat Completions stream of `n` one-word text deltas, a finish chunk, usage and `[DONE]`.
+/// A request of one user message and no tools.
+fn request(prompt: &str) -> ModelRequest {
+    ModelRequest {
+        instructions: None,
+        messages: Conversation::from_messages(vec![Message::user(prompt)]),
+        tools: Arc::from([]),
+        cache_key: None,
+    }
+}
+
 fn chat_stream(n: usize) -> String {
     let mut s = String::new();
     for i in 0..n {
@@ -104,12 +114,7 @@ async fn event_costs() {
     ] {
         let base = serve(Bytes::from(adapter_stream(api, EVENTS))).await;
         let provider = Provider::builder(api, "m").base_url(base).build().expect("provider");
-        let request = ModelRequest {
-            instructions: None,
-            messages: Conversation::from_messages(vec![Message::user("hi")]),
-            tools: Arc::from([]),
-            cache_key: None,
-        };
+        let request = request("hi");
         let reps = if quick() { 3 } else { 9 };
         let mut costs = Vec::new();
         for _ in 0..reps {
@@ -170,12 +175,7 @@ async fn serve(body: Bytes) -> String {
 async fn turns(stream: String) {
     let base = serve(Bytes::from(stream)).await;
     let provider = Provider::builder(Api::OpenAiChat, "m").base_url(base.clone()).build().expect("provider");
-    let request = ModelRequest {
-        instructions: None,
-        messages: Conversation::from_messages(vec![Message::user("Write two hundred words.")]),
-        tools: Arc::from([]),
-        cache_key: None,
-    };
+    let request = request("Write two hundred words.");
     let body = serde_json::to_vec(&provider.request_body(&request)).expect("body");
     let raw = reqwest::Client::new();
     let cancel = CancellationToken::new();
@@ -232,12 +232,7 @@ fn main() {
     runtime.block_on(async {
         let base = serve(Bytes::from(stream.clone())).await;
         let provider = Provider::builder(Api::OpenAiChat, "m").base_url(base).build().expect("provider");
-        let request = ModelRequest {
-            instructions: None,
-            messages: Conversation::from_messages(vec![Message::user("hi")]),
-            tools: Arc::from([]),
-            cache_key: None,
-        };
+        let request = request("hi");
         let reps = if quick() { 3 } else { 9 };
         let mut rates = Vec::new();
         for _ in 0..reps {

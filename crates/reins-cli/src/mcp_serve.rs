@@ -35,6 +35,14 @@ pub struct McpServeArgs {
     /// Does not record the runs.
     #[arg(long)]
     no_store: bool,
+    /// How long a run waits for a 2026-07-28 client to call again with the answer to its question (an
+    /// approval, or what one of the agent's MCP servers asks) before it is cancelled: 30s, 10m, 1h.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    input_timeout: std::time::Duration,
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    reins::parse_duration(s).map_err(|e| e.to_string())
 }
 
 /// `reins run`'s flags, parsed from words, so that a served agent is resolved exactly as `reins run` resolves
@@ -75,7 +83,10 @@ fn run_args(words: &[String]) -> Result<RunArgs, CliError> {
 impl AgentRunner for Runner {
     async fn run(&self, agent: &str, task: &str, ctx: RunContext) -> Result<reins::Outcome, String> {
         let args = self.args(agent)?;
-        let setup = crate::run_session::setup(&args, &ctx.cancel, |_| {}).await.map_err(message)?;
+        // The agent's own MCP servers ask the person through the client that called it.
+        let setup = reins_mcp::elicit::scope(ctx.elicitor, crate::run_session::setup(&args, &ctx.cancel, |_| {}))
+            .await
+            .map_err(message)?;
         let crate::run_session::Setup { store, parts, mcp, .. } = setup;
         let built = crate::run_session::agent_builder(&parts, store.as_ref(), None, Some(ctx.approver))
             .map_err(message)
@@ -150,7 +161,7 @@ pub async fn serve(args: McpServeArgs) -> Result<u8, CliError> {
     let names: Vec<String> = agents.iter().map(|a| a.name.clone()).collect();
     let cancel = CancellationToken::new();
     crate::signals::cancel_on_signals(cancel.clone(), "reins mcp serve")?;
-    let server = AgentServer::new(agents, Arc::new(runner), cancel.clone());
+    let server = AgentServer::new(agents, Arc::new(runner), cancel.clone()).with_input_timeout(args.input_timeout);
     let Some(addr) = listen else {
         errln!("reins mcp serve: serving {} on stdio", names.join(", "));
         reins_mcp::serve::serve_stdio(server, cancel)

@@ -167,17 +167,23 @@ struct Client {
 }
 
 impl Client {
-    fn start(dir: &Dir, agent: &Path, capabilities: Value) -> Client {
+    /// `reins mcp serve --agent AGENT` with `flags`, spoken to without any handshake yet.
+    fn spawn(dir: &Dir, agent: &Path, flags: &[&str]) -> Client {
         let mut child = reins()
             .args(["mcp", "serve", "--agent", path(agent), "--store"])
             .arg(dir.store())
+            .args(flags)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
         let input = child.stdin.take().unwrap();
         let output = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut c = Client { child, input, output };
+        Client { child, input, output }
+    }
+
+    fn start(dir: &Dir, agent: &Path, capabilities: Value) -> Client {
+        let mut c = Client::spawn(dir, agent, &[]);
         let init = json!({"protocolVersion": "2025-11-25", "capabilities": capabilities,
                           "clientInfo": {"name": "test", "version": "1"}});
         c.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}));
@@ -433,4 +439,197 @@ fn without_a_terminal_nobody_is_asked_and_a_server_is_told_so() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     // No elicitation capability was declared: the server had nobody to ask.
     assert_eq!(first_tool_result(&outcome), "nobody to ask");
+}
+
+/// The `_meta` of a 2026-07-28 request (no handshake: the revision and the client's capabilities ride on each
+/// request), with the progress token "p".
+fn meta_2026(capabilities: Value) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+        "progressToken": "p"
+    })
+}
+
+/// A 2026-07-28 `tools/call` of `name` with request id `id`, and `retry` (`requestState`, `inputResponses`).
+fn call_2026(c: &mut Client, id: u64, name: &str, task: &str, retry: Value) {
+    let mut params =
+        json!({"name": name, "arguments": {"task": task}, "_meta": meta_2026(json!({"elicitation": {"form": {}}}))});
+    if let (Some(p), Value::Object(extra)) = (params.as_object_mut(), retry) {
+        p.extend(extra);
+    }
+    c.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}));
+}
+
+fn answer_to(c: &mut Client, id: u64) -> Value {
+    c.until(|m| m["id"] == id && m.get("method").is_none()).pop().unwrap()
+}
+
+#[test]
+fn under_2026_07_28_an_approval_is_an_input_required_result_and_the_call_again_with_its_state_goes_on() {
+    let dir = Dir::new("mcp-serve-rounds");
+    let asker = asking_agent(&dir);
+    let mut c = Client::spawn(&dir, &asker, &[]);
+    call_2026(&mut c, 2, "asker", "do it", json!({}));
+    let first = answer_to(&mut c, 2);
+    let result = &first["result"];
+    assert_eq!(result["resultType"], "input_required", "{first}");
+    let ask = &result["inputRequests"]["q1"];
+    assert_eq!(ask["method"], "elicitation/create", "{first}");
+    let message = ask["params"]["message"].as_str().unwrap();
+    assert!(message.contains("echo") && message.contains("asker"), "{message}");
+    assert_eq!(ask["params"]["requestedSchema"]["required"], json!(["approve"]));
+    let state = result["requestState"].as_str().unwrap().to_owned();
+    let yes = json!({"q1": {"action": "accept", "content": {"approve": true}}});
+
+    // A forged state (the right handle, another secret) is refused; the run still waits for the real one.
+    let (handle, _) = state.split_once('.').unwrap();
+    let forged = format!("{handle}.{}", "0".repeat(64));
+    call_2026(&mut c, 3, "asker", "do it", json!({"requestState": forged, "inputResponses": yes}));
+    let refused = answer_to(&mut c, 3);
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("request state"), "{refused}");
+
+    call_2026(&mut c, 4, "asker", "do it", json!({"requestState": state, "inputResponses": yes}));
+    let done = answer_to(&mut c, 4);
+    assert_eq!(done["result"]["content"][0]["text"], "done", "{done}");
+    let session = show(&dir, done["result"]["_meta"]["reins/session_id"].as_str().unwrap());
+    assert_eq!(session["session"]["status"], "completed");
+    assert_eq!(decisions(&session), [json!("approve")], "{session}");
+
+    // Used once: refused the second time.
+    call_2026(&mut c, 5, "asker", "do it", json!({"requestState": state, "inputResponses": yes}));
+    assert_eq!(answer_to(&mut c, 5)["error"]["code"], -32602);
+
+    // Declined: the call is denied, and the run goes on to its end.
+    call_2026(&mut c, 6, "asker", "do it", json!({}));
+    let state = answer_to(&mut c, 6)["result"]["requestState"].as_str().unwrap().to_owned();
+    call_2026(
+        &mut c,
+        7,
+        "asker",
+        "do it",
+        json!({"requestState": state, "inputResponses": {"q1": {"action": "decline"}}}),
+    );
+    let done = answer_to(&mut c, 7);
+    let session = show(&dir, done["result"]["_meta"]["reins/session_id"].as_str().unwrap());
+    assert_eq!(decisions(&session), [json!("deny")], "{session}");
+    c.finish();
+}
+
+#[test]
+fn a_run_whose_state_is_not_used_in_time_is_cancelled_and_its_state_refused() {
+    let dir = Dir::new("mcp-serve-rounds-expiry");
+    let asker = asking_agent(&dir);
+    let mut c = Client::spawn(&dir, &asker, &["--input-timeout", "1s"]);
+    call_2026(&mut c, 2, "asker", "do it", json!({}));
+    let state = answer_to(&mut c, 2)["result"]["requestState"].as_str().unwrap().to_owned();
+    // Nobody calls again: the run is cancelled once its time is up, and its session says so.
+    let rows = loop {
+        let out = reins().args(["sessions", "list", "--json", "--store"]).arg(dir.store()).output().unwrap();
+        let rows: Vec<Value> =
+            String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        if rows.iter().any(|r| r["status"] != "running") {
+            break rows;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(rows[0]["status"], "aborted", "{rows:?}");
+    let yes = json!({"q1": {"action": "accept", "content": {"approve": true}}});
+    call_2026(&mut c, 3, "asker", "do it", json!({"requestState": state, "inputResponses": yes}));
+    assert_eq!(answer_to(&mut c, 3)["error"]["code"], -32602);
+    c.finish();
+}
+
+/// An outer agent that calls the served Reins `inner` (over stdio; Reins picks 2026-07-28 with it): `asker`
+/// twice, then `tight` (whose one-step budget ends its run after the approved call), then answers.
+fn agent_calling_a_served_asker(dir: &Dir) -> PathBuf {
+    let asker = asking_agent(dir);
+    let tight =
+        agent(dir, "tight", &echo_then(json!({"content": "never"})), "approve = \"all\"\n[limits]\nmax_steps = 1");
+    let bin = env!("CARGO_BIN_EXE_reins");
+    let call = |id: &str, tool: &str| json!({"tool_calls": [{"id": id, "name": tool, "arguments": {"task": id}}]});
+    let outer_turns = json!([
+        call("a", "inner__asker"),
+        call("b", "inner__asker"),
+        call("c", "inner__tight"),
+        {"content": "outer done"}
+    ]);
+    let mcp = format!(
+        "[mcp.inner]\ncommand = {bin:?}\nargs = [\"mcp\", \"serve\", \"--agent\", {:?}, \"--agent\", {:?}, \"--store\", {:?}]\n\
+         env = {{ XDG_CONFIG_HOME = {:?} }}",
+        path(&asker),
+        path(&tight),
+        path(&dir.store()),
+        path(&dir.0.join("no-config")),
+    );
+    agent(dir, "outer", &outer_turns, &mcp)
+}
+
+/// The decisions recorded by the inner runs, in the order the runs began.
+fn inner_decisions(dir: &Dir, outer: &Value) -> Vec<Value> {
+    let out = reins().args(["sessions", "list", "--json", "--store", path(&dir.store())]).output().unwrap();
+    let mut rows: Vec<Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    rows.retain(|r| r["id"] != outer["session_id"]);
+    rows.sort_by_key(|r| r["created_at"].as_str().unwrap().to_owned());
+    rows.iter().flat_map(|r| decisions(&show(dir, r["id"].as_str().unwrap()))).collect()
+}
+
+fn tool_results(outcome: &Value) -> Vec<Value> {
+    outcome["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "tool").cloned().collect()
+}
+
+#[test]
+fn reins_run_on_a_terminal_answers_a_served_reins_approvals_under_2026_07_28() {
+    let dir = Dir::new("mcp-serve-nested-pty");
+    let outer = agent_calling_a_served_asker(&dir);
+    let outcome = dir.0.join("outcome.json");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_reins"));
+    c.args(["run", "--agent", path(&outer), "--store", path(&dir.store()), "--output", path(&outcome), "go"])
+        .env("XDG_CONFIG_HOME", dir.0.join("no-config"))
+        .env("TERM", "xterm");
+    let options = rexpect::reader::Options::new().timeout_ms(Some(60_000)).strip_ansi_escape_codes(true);
+    let mut p = rexpect::session::spawn_with_options(c, options).unwrap();
+    for (agent, say) in [("asker", "yes"), ("asker", "no"), ("tight", "yes")] {
+        p.exp_string(&format!("MCP server \"inner\" asks: Reins agent \"{agent}\" asks to call echo")).unwrap();
+        p.exp_string("approve (boolean").unwrap();
+        p.send_line(say).unwrap();
+    }
+    p.exp_eof().unwrap();
+    let o: Value = serde_json::from_str(&std::fs::read_to_string(&outcome).unwrap()).unwrap();
+    assert_eq!(o["status"], "completed", "{o}");
+    let results = tool_results(&o);
+    let text = |i: usize| results[i]["content"].as_str().unwrap().to_owned();
+    assert!(text(0).starts_with("done") && text(1).starts_with("done"), "{o}");
+    assert!(text(0).ends_with("asked the person for input during this call; they answered]"), "{o}");
+    // The inner budget holds across the rounds: the approved call ran, then the one-step limit ended the run.
+    assert_eq!(results[2]["is_error"], true, "{o}");
+    assert!(text(2).contains("step_limit"), "{o}");
+    assert_eq!(inner_decisions(&dir, &o), [json!("approve"), json!("deny"), json!("approve")]);
+}
+
+#[test]
+fn reins_run_without_a_terminal_leaves_a_served_reins_nobody_to_ask_and_its_calls_are_denied() {
+    let dir = Dir::new("mcp-serve-nested-none");
+    let outer = agent_calling_a_served_asker(&dir);
+    let outcome = dir.0.join("outcome.json");
+    let out = reins()
+        .args(["run", "--agent", path(&outer), "--store", path(&dir.store()), "--output", path(&outcome), "go"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let o: Value = serde_json::from_str(&std::fs::read_to_string(&outcome).unwrap()).unwrap();
+    let results = tool_results(&o);
+    assert!(results[0]["content"].as_str().unwrap().starts_with("done"), "{o}");
+    assert!(!results[0]["content"].as_str().unwrap().contains("asked the person"), "{o}");
+    assert_eq!(inner_decisions(&dir, &o), [json!("deny"), json!("deny"), json!("deny")]);
+    // The served Reins is spoken to in the 2026-07-28 revision.
+    let out = reins().args(["mcp", "list", "--agent", path(&outer)]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("protocol 2026-07-28"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }

@@ -48,8 +48,21 @@ pub fn set_elicitor(elicitor: Option<Arc<dyn Elicitor>>) {
     }
 }
 
-/// The elicitor registered, if any.
+tokio::task_local! {
+    static SCOPED: Option<Arc<dyn Elicitor>>;
+}
+
+/// Runs `f` with `elicitor` in place of the process's: the servers connected inside it ask that one (or
+/// nobody, with `None`). `reins mcp serve` gives each run the client that called it this way.
+pub async fn scope<F: std::future::Future>(elicitor: Option<Arc<dyn Elicitor>>, f: F) -> F::Output {
+    SCOPED.scope(elicitor, f).await
+}
+
+/// The elicitor of the current [`scope`], else the one registered, if any.
 pub fn elicitor() -> Option<Arc<dyn Elicitor>> {
+    if let Ok(scoped) = SCOPED.try_with(Clone::clone) {
+        return scoped;
+    }
     ELICITOR.lock().ok().and_then(|slot| slot.clone())
 }
 
@@ -62,10 +75,10 @@ pub fn check_answer(schema: &Value, answer: &Value) -> Result<(), String> {
     }
 }
 
-/// Asks through the registered elicitor (declines when there is none) and checks the answer: one that does not
+/// Asks through `elicitor` (declines when there is none) and checks the answer: one that does not
 /// match the schema is never sent (the request is cancelled instead).
-pub async fn ask(request: &ElicitationRequest) -> Elicited {
-    let Some(elicitor) = elicitor() else { return Elicited::Decline };
+pub async fn ask(elicitor: Option<&Arc<dyn Elicitor>>, request: &ElicitationRequest) -> Elicited {
+    let Some(elicitor) = elicitor else { return Elicited::Decline };
     match elicitor.elicit(request).await {
         Elicited::Accept(answer) if check_answer(&request.schema, &answer).is_err() => Elicited::Cancel,
         other => other,

@@ -7,7 +7,13 @@
 //! `structuredContent`. As the run goes, each model call and tool call is sent as a progress notification
 //! (when the client gave a progress token); the client's `notifications/cancelled` cancels the run. An
 //! approval the agent needs becomes an elicitation to the client ([`ElicitingApprover`]): accepted with
-//! `approve: true` approves the call; declined, cancelled, refused or unsupported denies it.
+//! `approve: true` approves the call; declined, cancelled, refused or unsupported denies it. A question one of
+//! the agent's own MCP servers asks the person is forwarded to the client the same way ([`ForwardingElicitor`]).
+//!
+//! How the client is asked depends on the revision of the call: under 2025-11-25 by an `elicitation/create`
+//! request of the server; under 2026-07-28, which has no server-to-client requests, the call is answered with
+//! an input-required result (SEP-2322) and the run waits, parked, for the call to come again with the answer
+//! and the request state ([`rounds`]).
 //!
 //! This module knows the protocol, not agent files or stores: it sits beside the client in `reins-mcp`
 //! (which `reins-agent` depends on, so it cannot run agents itself) and the command supplies the runner.
@@ -15,20 +21,28 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use reins::{ApprovalDecision, ApprovalError, ApprovalRequest, Approver, Event, EventKind, ObserverError, Outcome};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams, ElicitationAction,
-    ErrorData, Implementation, JsonObject, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    ProgressToken, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequestParams, ElicitResult,
+    ElicitationAction, ErrorData, Implementation, JsonObject, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{ElicitationMode, Peer, RequestContext, RoleServer};
 use rmcp::{ServerHandler, ServiceExt as _};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+
+mod rounds;
+use rounds::{Parking, Question, Run};
+
+/// How long a run waits, by default, for the client to send the call again with the answers to its questions
+/// (2026-07-28): it is cancelled after that.
+pub const DEFAULT_INPUT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// One agent offered as a tool.
 #[derive(Clone, Debug)]
@@ -47,6 +61,9 @@ pub struct RunContext {
     pub observer: Arc<dyn reins::Observer>,
     /// Decides the calls that need a person's say (an elicitation to the client): the agent's approver.
     pub approver: Arc<dyn Approver>,
+    /// Asks the client's user what the agent's own MCP servers ask the person (none: the client cannot be
+    /// asked). Connect the agent's servers inside [`crate::elicit::scope`] of it.
+    pub elicitor: Option<Arc<dyn crate::elicit::Elicitor>>,
     /// Cancelled when the client cancels the call or the server stops.
     pub cancel: CancellationToken,
 }
@@ -68,12 +85,37 @@ pub struct AgentServer {
     agents: Arc<Vec<ServedAgent>>,
     runner: Arc<dyn AgentRunner>,
     stop: CancellationToken,
+    /// The runs waiting between two rounds of a call (2026-07-28).
+    parking: Arc<Parking>,
 }
 
 impl AgentServer {
     /// A server of `agents`, run by `runner`; `stop` cancels every run in flight when fired.
     pub fn new(agents: Vec<ServedAgent>, runner: Arc<dyn AgentRunner>, stop: CancellationToken) -> Self {
-        Self { agents: Arc::new(agents), runner, stop }
+        let parking = Self::parking(DEFAULT_INPUT_TIMEOUT, &stop);
+        Self { agents: Arc::new(agents), runner, stop, parking }
+    }
+
+    /// Where runs wait between rounds, each cancelled when `stop` fires.
+    fn parking(bound: Duration, stop: &CancellationToken) -> Arc<Parking> {
+        let parking = Arc::new(Parking::new(bound));
+        let (watched, stopping) = (Arc::clone(&parking), stop.clone());
+        // Spawned only inside a runtime; a server made outside one has nothing parked to stop.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            tokio::spawn(async move {
+                stopping.cancelled().await;
+                watched.cancel_all();
+            });
+        }
+        parking
+    }
+
+    /// How long a run waits for the client to send the call again with its answers (2026-07-28) before it is
+    /// cancelled ([`DEFAULT_INPUT_TIMEOUT`] unless set).
+    #[must_use]
+    pub fn with_input_timeout(mut self, timeout: Duration) -> Self {
+        self.parking = Self::parking(timeout, &self.stop);
+        self
     }
 
     fn tool(agent: &ServedAgent) -> Tool {
@@ -166,33 +208,150 @@ impl ServerHandler for AgentServer {
         let Some(agent) = self.agents.iter().find(|a| a.name == request.name) else {
             return Err(ErrorData::invalid_params(format!("no tool {:?}", request.name), None));
         };
-        let task = match request.arguments.as_ref().and_then(|a| a.get("task")) {
-            Some(Value::String(t)) if !t.trim().is_empty() => t.clone(),
-            _ => return Err(ErrorData::invalid_params("`task` must be a non-empty string", None)),
-        };
-        let token = context.meta.get_progress_token();
-        let (observer, forward) = Progress::start(context.peer.clone(), token);
-        let cancel = context.ct.child_token();
-        let stop = self.stop.clone();
-        let linked = cancel.clone();
-        let link = tokio::spawn(async move {
-            tokio::select! {
-                () = stop.cancelled() => linked.cancel(),
-                () = linked.cancelled() => {}
+        let run = match &request.request_state {
+            // The call again, with the answers to the questions of the run it names.
+            Some(state) => {
+                let mut run = self.parking.take(state, &agent.name)?;
+                run.answer(&request.input_responses.clone().unwrap_or_default());
+                run
             }
+            None => {
+                let task = match request.arguments.as_ref().and_then(|a| a.get("task")) {
+                    Some(Value::String(t)) if !t.trim().is_empty() => t.clone(),
+                    _ => return Err(ErrorData::invalid_params("`task` must be a non-empty string", None)),
+                };
+                self.start(agent, task, &context)
+            }
+        };
+        Ok(self.drive(run, agent, &context).await)
+    }
+}
+
+impl AgentServer {
+    /// Starts a run of `agent` on `task`, asking the client of `context` the way its revision allows.
+    fn start(&self, agent: &ServedAgent, task: String, context: &RequestContext<RoleServer>) -> Run {
+        let (questions_tx, questions) = tokio::sync::mpsc::unbounded_channel();
+        let asker = Asker::of(context, questions_tx);
+        let (progress_tx, progress) = tokio::sync::mpsc::unbounded_channel();
+        let observer = Arc::new(Progress { tx: Mutex::new(Some(progress_tx)) });
+        let cancel = self.stop.child_token();
+        let elicitor: Option<Arc<dyn crate::elicit::Elicitor>> = match asker {
+            Asker::Nobody => None,
+            _ => Some(Arc::new(ForwardingElicitor { asker: asker.clone(), agent: agent.name.clone() })),
+        };
+        let approver = Arc::new(ElicitingApprover { asker, agent: agent.name.clone() });
+        let ctx = RunContext { observer: observer.clone(), approver, elicitor, cancel: cancel.clone() };
+        let (runner, name) = (Arc::clone(&self.runner), agent.name.clone());
+        let done = tokio::spawn(async move {
+            let ran = runner.run(&name, &task, ctx).await;
+            observer.close();
+            ran
         });
-        let approver = Arc::new(ElicitingApprover { peer: context.peer.clone(), agent: agent.name.clone() });
-        let ctx = RunContext { observer: observer.clone(), approver, cancel: cancel.clone() };
-        let ran = self.runner.run(&agent.name, &task, ctx).await;
-        cancel.cancel();
-        link.abort();
-        observer.close();
-        // The notifications sent so far go out before the result.
-        let _ = forward.await;
-        Ok(CallToolResponse::Complete(match ran {
-            Ok(outcome) => call_result(&outcome, agent.output_schema.as_ref()),
-            Err(why) => CallToolResult::error(vec![ContentBlock::text(format!("the agent could not run: {why}"))]),
-        }))
+        Run::new(progress, questions, done, cancel)
+    }
+
+    /// Follows `run` for the call of `context`: its progress sent as notifications, until it ends (its
+    /// result), the call is cancelled (the run is, and its result follows), or it asks the client something
+    /// (the run parked; an input-required result).
+    async fn drive(&self, mut run: Run, agent: &ServedAgent, context: &RequestContext<RoleServer>) -> CallToolResponse {
+        let token = context.meta.get_progress_token();
+        loop {
+            tokio::select! {
+                biased;
+                ran = &mut run.done => {
+                    // The notifications of the run go out before its result.
+                    while let Ok(line) = run.progress.try_recv() {
+                        notify(context, token.as_ref(), &mut run.progressed, line).await;
+                    }
+                    return CallToolResponse::Complete(ended(ran, agent));
+                }
+                () = context.ct.cancelled() => {
+                    run.cancel.cancel();
+                    return CallToolResponse::Complete(ended((&mut run.done).await, agent));
+                }
+                Some(line) = run.progress.recv() => notify(context, token.as_ref(), &mut run.progressed, line).await,
+                Some(question) = run.questions.recv() => {
+                    let mut asked = vec![question];
+                    while let Ok(q) = run.questions.try_recv() {
+                        asked.push(q);
+                    }
+                    match self.parking.park(run, asked, &agent.name) {
+                        Ok(required) => return CallToolResponse::InputRequired(required),
+                        Err((r, why)) => {
+                            run = r;
+                            run.cancel.cancel();
+                            let _ = (&mut run.done).await;
+                            let text = format!("the agent's run could not wait for an answer: {why}");
+                            return CallToolResponse::Complete(CallToolResult::error(vec![ContentBlock::text(text)]));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The result of a run that ended (or could not run, or failed).
+fn ended(ran: Result<Result<Outcome, String>, tokio::task::JoinError>, agent: &ServedAgent) -> CallToolResult {
+    match ran {
+        Ok(Ok(outcome)) => call_result(&outcome, agent.output_schema.as_ref()),
+        Ok(Err(why)) => CallToolResult::error(vec![ContentBlock::text(format!("the agent could not run: {why}"))]),
+        Err(e) => CallToolResult::error(vec![ContentBlock::text(format!("the agent's run failed: {e}"))]),
+    }
+}
+
+/// Sends one progress notification (none without a progress token). A client gone away is no reason to
+/// stop the run: its cancellation does that.
+async fn notify(context: &RequestContext<RoleServer>, token: Option<&ProgressToken>, n: &mut u32, line: String) {
+    *n += 1;
+    if let Some(token) = token {
+        let mut p = ProgressNotificationParam::new(token.clone(), f64::from(*n));
+        p.message = Some(line);
+        let _ = context.peer.notify_progress(p).await;
+    }
+}
+
+/// How the client of a call is asked something.
+#[derive(Clone)]
+enum Asker {
+    /// By an `elicitation/create` request (2025-11-25 and earlier).
+    Request(Peer<RoleServer>),
+    /// By an input-required result of the call (2026-07-28): the question goes to the call's driver.
+    Rounds(tokio::sync::mpsc::UnboundedSender<Question>),
+    /// It cannot be asked (it declared no form elicitation).
+    Nobody,
+}
+
+impl Asker {
+    fn of(context: &RequestContext<RoleServer>, questions: tokio::sync::mpsc::UnboundedSender<Question>) -> Asker {
+        let rounds = context.protocol_version().is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+        if rounds {
+            let form = context
+                .client_capabilities()
+                .and_then(|c| c.elicitation)
+                .is_some_and(|e| e.form.is_some() || e.url.is_none());
+            return if form { Asker::Rounds(questions) } else { Asker::Nobody };
+        }
+        if context.peer.supported_elicitation_modes().contains(&ElicitationMode::Form) {
+            Asker::Request(context.peer.clone())
+        } else {
+            Asker::Nobody
+        }
+    }
+
+    /// The client's answer to a form elicitation.
+    async fn ask(&self, params: ElicitRequestParams) -> Result<ElicitResult, String> {
+        match self {
+            Asker::Request(peer) => {
+                peer.create_elicitation(params).await.map_err(|e| format!("the elicitation failed: {e}"))
+            }
+            Asker::Rounds(questions) => {
+                let (answer, answered) = tokio::sync::oneshot::channel();
+                questions.send(Question { params, answer }).map_err(|_| "the call has ended".to_owned())?;
+                answered.await.map_err(|_| "the MCP client did not send the call again in time".to_owned())
+            }
+            Asker::Nobody => Err("the MCP client cannot be asked (no elicitation)".into()),
+        }
     }
 }
 
@@ -203,24 +362,6 @@ struct Progress {
 }
 
 impl Progress {
-    /// The observer and the task that sends its notifications to `peer` (none without a progress token).
-    fn start(peer: Peer<RoleServer>, token: Option<ProgressToken>) -> (Arc<Self>, tokio::task::JoinHandle<()>) {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-        let forward = tokio::spawn(async move {
-            let mut n = 0u32;
-            while let Some(message) = rx.recv().await {
-                n += 1;
-                if let Some(token) = &token {
-                    let mut p = ProgressNotificationParam::new(token.clone(), f64::from(n));
-                    p.message = Some(message);
-                    // A client gone away is no reason to stop the run: its cancellation does that.
-                    let _ = peer.notify_progress(p).await;
-                }
-            }
-        });
-        (Arc::new(Self { tx: Mutex::new(Some(tx)) }), forward)
-    }
-
     fn close(&self) {
         if let Ok(mut tx) = self.tx.lock() {
             tx.take();
@@ -250,7 +391,7 @@ impl reins::Observer for Progress {
 /// boolean field `approve`. Anything but an accepted `approve: true` denies the call, with the reason given
 /// to the model.
 pub struct ElicitingApprover {
-    peer: Peer<RoleServer>,
+    asker: Asker,
     agent: String,
 }
 
@@ -278,7 +419,7 @@ impl ElicitingApprover {
             format!("Reins agent {:?}{of} asks to call {} with {args}{reason}. Approve?", self.agent, call.name);
         let params =
             ElicitRequestParams::FormElicitationParams { meta: None, message, requested_schema: Self::schema()? };
-        let answer = self.peer.create_elicitation(params).await.map_err(|e| format!("the elicitation failed: {e}"))?;
+        let answer = self.asker.ask(params).await?;
         match answer.action {
             ElicitationAction::Accept => {
                 Ok(answer.content.as_ref().and_then(|c| c.get("approve")).and_then(Value::as_bool) == Some(true))
@@ -296,7 +437,7 @@ impl Approver for ElicitingApprover {
         request: &ApprovalRequest,
         cancel: &CancellationToken,
     ) -> Result<Vec<ApprovalDecision>, ApprovalError> {
-        let can_ask = self.peer.supported_elicitation_modes().contains(&ElicitationMode::Form);
+        let can_ask = !matches!(self.asker, Asker::Nobody);
         let mut out = Vec::new();
         for call in request.calls.iter().filter(|c| c.needs_decision()) {
             if !can_ask {
@@ -314,6 +455,33 @@ impl Approver for ElicitingApprover {
             });
         }
         Ok(out)
+    }
+}
+
+/// Forwards what one of a served agent's own MCP servers asks the person to the MCP client that called the
+/// agent, as a form elicitation with the server's message and schema (the answer is checked against that
+/// schema again by [`crate::elicit::ask`]).
+pub struct ForwardingElicitor {
+    asker: Asker,
+    agent: String,
+}
+
+#[async_trait]
+impl crate::elicit::Elicitor for ForwardingElicitor {
+    async fn elicit(&self, request: &crate::elicit::ElicitationRequest) -> crate::elicit::Elicited {
+        use crate::elicit::Elicited;
+        let Ok(requested_schema) = serde_json::from_value(request.schema.clone()) else { return Elicited::Decline };
+        let message =
+            format!("Reins agent {:?}: its MCP server {:?} asks: {}", self.agent, request.server, request.message);
+        let params = ElicitRequestParams::FormElicitationParams { meta: None, message, requested_schema };
+        match self.asker.ask(params).await {
+            Ok(answer) => match answer.action {
+                ElicitationAction::Accept => Elicited::Accept(answer.content.unwrap_or(Value::Null)),
+                ElicitationAction::Decline => Elicited::Decline,
+                _ => Elicited::Cancel,
+            },
+            Err(_) => Elicited::Cancel,
+        }
     }
 }
 

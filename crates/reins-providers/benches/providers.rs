@@ -13,9 +13,10 @@
 //! - `turn-raw-http` (µs): the same request and response with a bare reqwest client that only reads the
 //!   bytes.
 //! - `turn-overhead` (µs): the difference, that is what the harness adds to a streamed turn.
-//! - `event-cost-{chat,responses,anthropic,gemini}` (ns/event): one stream of 20,000 text deltas in each
+//! - `event-cost-{chat,responses,anthropic,gemini,bedrock}` (ns/event): one stream of 20,000 text deltas in each
 //!   adapter's own event shape (Gemini's chunks each a whole `GenerateContentResponse` with its usage, as the
-//!   API sends them) through `Provider` from a local HTTP server, the whole turn's time divided by the events.
+//!   API sends them; Bedrock's `contentBlockDelta` events each a binary event-stream frame with its CRCs) through
+//!   `Provider` from a local HTTP server, the whole turn's time divided by the events.
 //!
 //! Set `REINS_BENCH_QUICK=1` for a fast smoke run (fewer repetitions).
 
@@ -93,6 +94,7 @@ fn adapter_stream(api: Api, n: usize) -> String {
             s.push_str("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":200}}\n\n");
             s.push_str("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
         }
+        Api::Bedrock => unreachable!("bedrock_stream: its frames are binary"),
         Api::Gemini => {
             for i in 0..n {
                 let finish = if i + 1 == n { ",\"finishReason\":\"STOP\"" } else { "" };
@@ -103,6 +105,29 @@ fn adapter_stream(api: Api, n: usize) -> String {
     s
 }
 
+/// A ConverseStream answer of `n` one-word text deltas as event-stream frames (what Bedrock sends).
+fn bedrock_stream(n: usize) -> Vec<u8> {
+    use aws_smithy_types::event_stream::{Header, HeaderValue, Message as Frame};
+    let frame = |kind: &'static str, payload: String, out: &mut Vec<u8>| {
+        let headers = vec![
+            Header::new(":message-type", HeaderValue::String("event".into())),
+            Header::new(":event-type", HeaderValue::String(kind.into())),
+            Header::new(":content-type", HeaderValue::String("application/json".into())),
+        ];
+        aws_smithy_eventstream::frame::write_message_to(&Frame::new_from_parts(headers, payload), out).expect("frame");
+    };
+    let mut out = Vec::new();
+    frame("messageStart", r#"{"role":"assistant"}"#.into(), &mut out);
+    for i in 0..n {
+        frame("contentBlockDelta", format!(r#"{{"contentBlockIndex":0,"delta":{{"text":"word{i} "}}}}"#), &mut out);
+    }
+    frame("contentBlockStop", r#"{"contentBlockIndex":0}"#.into(), &mut out);
+    frame("messageStop", r#"{"stopReason":"end_turn"}"#.into(), &mut out);
+    let usage = r#"{"usage":{"inputTokens":10,"outputTokens":200,"totalTokens":210},"metrics":{"latencyMs":1}}"#;
+    frame("metadata", usage.into(), &mut out);
+    out
+}
+
 /// What one streamed event costs each adapter, through `Provider` from a local server (see the module doc).
 async fn event_costs() {
     const EVENTS: usize = 20_000;
@@ -111,8 +136,12 @@ async fn event_costs() {
         (Api::OpenAiResponses, "responses"),
         (Api::Anthropic, "anthropic"),
         (Api::Gemini, "gemini"),
+        (Api::Bedrock, "bedrock"),
     ] {
-        let base = serve(Bytes::from(adapter_stream(api, EVENTS))).await;
+        let base = match api {
+            Api::Bedrock => serve_as(Bytes::from(bedrock_stream(EVENTS)), "application/vnd.amazon.eventstream").await,
+            _ => serve(Bytes::from(adapter_stream(api, EVENTS))).await,
+        };
         let provider = Provider::builder(api, "m").base_url(base).build().expect("provider");
         let request = request("hi");
         let reps = if quick() { 3 } else { 9 };
@@ -148,6 +177,11 @@ fn sse_parse(stream: &[u8], chunk: usize) -> f64 {
 }
 
 async fn serve(body: Bytes) -> String {
+    serve_as(body, "text/event-stream").await
+}
+
+/// A local server answering every request with `body` as `content_type`.
+async fn serve_as(body: Bytes, content_type: &'static str) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move {
@@ -161,7 +195,7 @@ async fn serve(body: Bytes) -> String {
                         // Read the request fully, as a real server would.
                         let _ = http_body_util::BodyExt::collect(req.into_body()).await;
                         let mut resp = Response::new(Full::new(body));
-                        resp.headers_mut().insert("content-type", "text/event-stream".parse().expect("header"));
+                        resp.headers_mut().insert("content-type", content_type.parse().expect("header"));
                         Ok::<_, Infallible>(resp)
                     }
                 });

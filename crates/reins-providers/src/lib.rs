@@ -2,7 +2,7 @@
 //!
 //! [`Provider`] is a [`reins::Model`] for four wire formats: the OpenAI Responses API, OpenAI Chat
 //! Completions (which every OpenAI-compatible server speaks: vLLM, llama.cpp, Ollama, LM Studio,
-//! OpenRouter, ...), Anthropic Messages and Google Gemini's own API ([`gemini`]). It streams (text, reasoning
+//! OpenRouter, ...), Anthropic Messages, Google Gemini's own API ([`gemini`]) and Amazon Bedrock's Converse ([`bedrock`]). It streams (text, reasoning
 //! and tool-call deltas go to the run's [`reins::DeltaSink`] as they arrive), retries transient failures with
 //! exponential backoff and jitter while honouring `Retry-After` and rate-limit headers, shares a client-side
 //! [`RateLimiter`] between concurrent runs, bounds silences with an idle timeout and bodies with a size cap, and aborts
@@ -18,7 +18,7 @@
 //! # }
 //! ```
 //!
-//! A model spec names its provider: `openai:`, `openai-chat:`, `anthropic:`, `gemini:`, or a service of the
+//! A model spec names its provider: `openai:`, `openai-chat:`, `anthropic:`, `gemini:`, `bedrock:`, or a service of the
 //! [`PROVIDERS`] table (`ollama:`, `lmstudio:`, `llamacpp:`, `vllm:`, `openrouter:`, `groq:`, `together:`, `deepseek:`,
 //! `mistral:`, `xai:`, `azure:`), each a row of data: its API, base URL and key variable
 //! ([`NamedProvider::builder`]).
@@ -36,6 +36,7 @@
 #![cfg_attr(test, allow(clippy::too_many_lines))]
 
 pub mod anthropic;
+pub mod bedrock;
 mod fallback;
 pub mod gemini;
 mod media;
@@ -68,6 +69,7 @@ pub fn env_key(var: &str) -> Option<String> {
     get(var).or_else(|| if var == "GEMINI_API_KEY" { get("GOOGLE_API_KEY") } else { None })
 }
 
+pub use bedrock::AwsCredentials;
 pub use fallback::{DEFAULT_FALLBACK_COOLDOWN, FallbackModel, falls_over};
 pub use named::{
     BaseUrlEnv, MAX_MODELS_BYTES, NamedProvider, PROVIDERS, known_models, named_provider, parse_named_spec,

@@ -92,6 +92,19 @@ pub const PROVIDERS: &[NamedProvider] = &[
         system: "gcp.gemini",
         ..hosted("gemini", Api::Gemini, "https://generativelanguage.googleapis.com", "GEMINI_API_KEY")
     },
+    // Amazon Bedrock's Converse API: the model id (`anthropic.claude-…-v1:0`, an inference profile or an ARN) as
+    // the model; a Bedrock API key (AWS_BEARER_TOKEN_BEDROCK) as a bearer, else SigV4 from the AWS variables; the
+    // region's endpoint unless AWS_ENDPOINT_URL_BEDROCK_RUNTIME or the base URL gives one (see `bedrock`).
+    NamedProvider {
+        name: "bedrock",
+        api: Api::Bedrock,
+        base_url: None,
+        base_url_env: Some(BaseUrlEnv { var: "AWS_ENDPOINT_URL_BEDROCK_RUNTIME", suffix: "", bare_port: None }),
+        key_env: Some("AWS_BEARER_TOKEN_BEDROCK"),
+        key_header: None,
+        local: false,
+        system: "aws.bedrock",
+    },
     // The Azure OpenAI v1 API: `{endpoint}/openai/v1`, the deployment's name as the model, the key in `api-key`.
     NamedProvider {
         name: "azure",

@@ -93,14 +93,26 @@ pub const MODELS: &[ModelInfo] = &[
 /// assert!(reins_providers::model_info("my-local-model").is_none());
 /// ```
 pub fn model_info(model: &str) -> Option<&'static ModelInfo> {
-    // "vendor/model" names (routers) are looked up by their last part.
-    let name = model.rsplit('/').next().unwrap_or(model).to_ascii_lowercase();
+    // "vendor/model" names (routers) and ARNs are looked up by their last part; Bedrock's model ids by the vendor's
+    // name (`us.anthropic.claude-sonnet-4-5-20250929-v1:0` is `claude-sonnet-4-5-20250929-v1:0`).
+    let name = bedrock_name(model.rsplit('/').next().unwrap_or(model)).to_ascii_lowercase();
     MODELS
         .iter()
         .filter(|i| {
             name.strip_prefix(i.prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with(['-', '.', '@', ':']))
         })
         .max_by_key(|i| i.prefix.len())
+}
+
+/// A Bedrock model id of Claude without its geography prefix of a cross-region inference profile (`us.`, `eu.`,
+/// `apac.`, `global.`, ...) and its vendor (`anthropic.`), priced at Anthropic's list price (Bedrock's regional
+/// endpoints charge some models 10% more, which this table does not model); any other name as it is.
+fn bedrock_name(model: &str) -> &str {
+    let unprefixed = match model.split_once('.') {
+        Some((geo, rest)) if geo.len() <= 6 && geo.bytes().all(|b| b.is_ascii_lowercase() || b == b'-') => rest,
+        _ => model,
+    };
+    unprefixed.strip_prefix("anthropic.").or_else(|| model.strip_prefix("anthropic.")).unwrap_or(model)
 }
 
 /// The cost in US dollars of the given usage at `price`: uncached input, cache reads, cache writes and

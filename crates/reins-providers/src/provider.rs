@@ -18,7 +18,7 @@ use crate::ratelimit::RateLimiter;
 use crate::retry::{RetryPolicy, exhausted_window, retry_after};
 use crate::sse::SseParser;
 use crate::wire::{Emit, FailKind, Failure, body_summary, classify_status, snippet};
-use crate::{anthropic, gemini, openai_chat, openai_responses};
+use crate::{anthropic, bedrock, gemini, openai_chat, openai_responses};
 
 /// Which wire format a provider speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -31,6 +31,9 @@ pub enum Api {
     Anthropic,
     /// Google Gemini (`{base}/v1beta/models/MODEL:generateContent`, `:streamGenerateContent?alt=sse`).
     Gemini,
+    /// Amazon Bedrock Converse (`{base}/model/MODEL_ID/converse`, `/converse-stream`), signed with SigV4 or a
+    /// Bedrock API key.
+    Bedrock,
 }
 
 impl Api {
@@ -41,6 +44,7 @@ impl Api {
             Api::OpenAiChat => "openai-chat",
             Api::Anthropic => "anthropic",
             Api::Gemini => "gemini",
+            Api::Bedrock => "bedrock",
         }
     }
 
@@ -50,6 +54,8 @@ impl Api {
             Api::OpenAiResponses | Api::OpenAiChat => "https://api.openai.com/v1",
             Api::Anthropic => "https://api.anthropic.com",
             Api::Gemini => "https://generativelanguage.googleapis.com",
+            // The region's own endpoint is used (`https://bedrock-runtime.{region}.amazonaws.com`); this is us-east-1's.
+            Api::Bedrock => "https://bedrock-runtime.us-east-1.amazonaws.com",
         }
     }
 
@@ -59,6 +65,7 @@ impl Api {
             Api::OpenAiResponses | Api::OpenAiChat => "OPENAI_API_KEY",
             Api::Anthropic => "ANTHROPIC_API_KEY",
             Api::Gemini => "GEMINI_API_KEY",
+            Api::Bedrock => "AWS_BEARER_TOKEN_BEDROCK",
         }
     }
 
@@ -222,6 +229,9 @@ pub struct ProviderBuilder {
     connect_timeout: Duration,
     max_response_bytes: usize,
     limiter: Option<RateLimiter>,
+    /// Bedrock: SigV4 credentials over the environment's, and the region.
+    aws_credentials: Option<bedrock::AwsCredentials>,
+    aws_region: Option<String>,
 }
 
 impl ProviderBuilder {
@@ -373,15 +383,39 @@ impl ProviderBuilder {
         self
     }
 
+    /// Bedrock: the credentials that sign requests with SigV4 (default: `AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`). A Bedrock API key ([`ProviderBuilder::api_key`],
+    /// `AWS_BEARER_TOKEN_BEDROCK`) wins over them.
+    pub fn aws_credentials(mut self, credentials: bedrock::AwsCredentials) -> Self {
+        self.aws_credentials = Some(credentials);
+        self
+    }
+    /// Bedrock: the region (default: `AWS_REGION`, else `AWS_DEFAULT_REGION`).
+    pub fn aws_region(mut self, region: impl Into<String>) -> Self {
+        self.aws_region = Some(region.into()).filter(|r| !r.trim().is_empty());
+        self
+    }
+
     /// Checks the settings and builds the provider.
     pub fn build(mut self) -> Result<Provider, ProviderError> {
         self.check_settings()?;
         if self.settings.price.is_none() {
             self.settings.price = crate::pricing::model_info(&self.settings.model).map(|i| i.price);
         }
+        let mut signer = None;
+        if self.api == Api::Bedrock {
+            let b = bedrock::setup(
+                self.base_url.as_deref(),
+                self.api_key.is_some(),
+                self.aws_credentials.take(),
+                self.aws_region.as_deref(),
+            )?;
+            self.base_url = Some(b.base_url);
+            signer = b.signer;
+        }
         let (parsed, url) = self.endpoint()?;
         // A named local server needs no key wherever it runs; any other server does unless it is local.
-        if self.api_key.is_none() && !is_local(&parsed) {
+        if self.api_key.is_none() && signer.is_none() && !is_local(&parsed) {
             if let Some(env) = self.key_env() {
                 return Err(ProviderError::MissingApiKey { env });
             }
@@ -410,6 +444,7 @@ impl ProviderBuilder {
                 max_response_bytes: self.max_response_bytes,
                 output_cap,
                 limiter: self.limiter.unwrap_or_default(),
+                signer,
             }),
         })
     }
@@ -484,12 +519,16 @@ impl ProviderBuilder {
             let url = gemini::endpoint(&trimmed, &self.settings.model, self.stream).map_err(invalid)?;
             return Ok((parsed, url));
         }
+        if self.api == Api::Bedrock {
+            let url = bedrock::endpoint(&trimmed, &self.settings.model, self.stream).map_err(invalid)?;
+            return Ok((parsed, url));
+        }
         let path = match self.api {
             Api::OpenAiResponses => "/responses",
             Api::OpenAiChat => "/chat/completions",
             Api::Anthropic if trimmed.ends_with("/v1") => "/messages",
             Api::Anthropic => "/v1/messages",
-            Api::Gemini => "",
+            Api::Gemini | Api::Bedrock => "",
         };
         let url = reqwest::Url::parse(&format!("{trimmed}{path}")).map_err(|e| invalid(e.to_string()))?;
         Ok((parsed, url))
@@ -500,7 +539,11 @@ impl ProviderBuilder {
     fn request_headers(&self) -> Result<HeaderMap, ProviderError> {
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        let accept = if self.stream { "text/event-stream" } else { "application/json" };
+        let accept = match (self.stream, self.api) {
+            (true, Api::Bedrock) => bedrock::EVENT_STREAM,
+            (true, _) => "text/event-stream",
+            (false, _) => "application/json",
+        };
         headers.insert(ACCEPT, HeaderValue::from_static(accept));
         headers.insert(USER_AGENT, HeaderValue::from_static(concat!("reins/", env!("CARGO_PKG_VERSION"))));
         // Bodies as they are: a compressed answer would otherwise be read as text (see `Provider::attempt`).
@@ -558,7 +601,7 @@ fn http_client(connect_timeout: Duration) -> Result<reqwest::Client, ProviderErr
 }
 
 /// Loopback and private-network hosts, which may serve a model without an API key.
-fn is_local(url: &reqwest::Url) -> bool {
+pub(crate) fn is_local(url: &reqwest::Url) -> bool {
     let Some(host) = url.host_str() else { return false };
     let host = host.trim_start_matches('[').trim_end_matches(']');
     match host.parse::<std::net::IpAddr>() {
@@ -610,6 +653,8 @@ struct Inner {
     /// The content a stream may deliver, in bytes, before it is cut at the response cap.
     output_cap: usize,
     limiter: RateLimiter,
+    /// Bedrock without a bearer key: signs each attempt.
+    signer: Option<bedrock::Signer>,
 }
 
 /// A model behind an HTTP API: OpenAI Responses, OpenAI Chat Completions (any compatible server) or
@@ -646,6 +691,33 @@ enum StreamState {
     Chat(openai_chat::Stream),
     Anthropic(anthropic::Stream),
     Gemini(gemini::Stream),
+    Bedrock(bedrock::Stream),
+}
+
+/// What cuts a stream's bytes into events: SSE, or Bedrock's event-stream frames.
+enum Framer {
+    Sse(SseParser),
+    EventStream(bedrock::Frames),
+}
+
+impl Framer {
+    fn new(api: Api, max_event_bytes: usize) -> Self {
+        match api {
+            Api::Bedrock => Self::EventStream(bedrock::Frames::default()),
+            _ => Self::Sse(SseParser::new(max_event_bytes)),
+        }
+    }
+    fn push(&mut self, chunk: &[u8], events: &mut Vec<crate::sse::SseEvent>) -> Result<(), Failure> {
+        match self {
+            Self::Sse(p) => p.push(chunk, events).map_err(|e| Failure::malformed(e.to_string())),
+            Self::EventStream(f) => f.push(chunk, events),
+        }
+    }
+    fn finish(&mut self) {
+        if let Self::Sse(p) = self {
+            p.finish();
+        }
+    }
 }
 
 impl StreamState {
@@ -655,6 +727,7 @@ impl StreamState {
             Api::OpenAiChat => Self::Chat(Default::default()),
             Api::Anthropic => Self::Anthropic(Default::default()),
             Api::Gemini => Self::Gemini(Default::default()),
+            Api::Bedrock => Self::Bedrock(Default::default()),
         }
     }
     fn on_event(&mut self, ev: &crate::sse::SseEvent, emit: &mut Emit) -> Result<bool, Failure> {
@@ -663,6 +736,7 @@ impl StreamState {
             Self::Chat(s) => s.on_event(ev, emit),
             Self::Anthropic(s) => s.on_event(ev, emit),
             Self::Gemini(s) => s.on_event(ev, emit),
+            Self::Bedrock(s) => s.on_event(ev, emit),
         }
     }
     fn finish(self) -> Result<ModelResponse, Failure> {
@@ -671,6 +745,7 @@ impl StreamState {
             Self::Chat(s) => s.finish(),
             Self::Anthropic(s) => s.finish(),
             Self::Gemini(s) => s.finish(),
+            Self::Bedrock(s) => s.finish(),
         }
     }
 }
@@ -705,6 +780,8 @@ impl Provider {
             connect_timeout: Duration::from_secs(30),
             max_response_bytes: 64 << 20,
             limiter: None,
+            aws_credentials: None,
+            aws_region: None,
         }
     }
 
@@ -736,6 +813,7 @@ impl Provider {
             Api::OpenAiChat => openai_chat::body(s, request, self.inner.stream),
             Api::Anthropic => anthropic::body(s, request, self.inner.stream),
             Api::Gemini => gemini::body(s, request),
+            Api::Bedrock => bedrock::body(s, request),
         }
     }
 
@@ -745,13 +823,18 @@ impl Provider {
             Api::OpenAiChat => openai_chat::parse(v),
             Api::Anthropic => anthropic::parse(v),
             Api::Gemini => gemini::parse(v),
+            Api::Bedrock => bedrock::parse(v),
         }
     }
 
     /// One HTTP exchange.
     async fn attempt(&self, body: &Bytes, emit: &mut Emit) -> Result<ModelResponse, Failure> {
         let inner = &*self.inner;
-        let send = inner.client.post(inner.url.clone()).headers(inner.headers.clone()).body(body.clone()).send();
+        let mut request = inner.client.post(inner.url.clone()).headers(inner.headers.clone());
+        if let Some(signer) = &inner.signer {
+            request = request.headers(signer.sign(&inner.url, body, SystemTime::now())?);
+        }
+        let send = request.body(body.clone()).send();
         let mut resp = match tokio::time::timeout(inner.response_timeout, send).await {
             Err(_) => {
                 return Err(Failure::transient(format!(
@@ -798,7 +881,11 @@ impl Provider {
                     (content_type, body)
                 }
             };
-            let mut f = classify_status(status.as_u16(), status.canonical_reason().unwrap_or(""), &content_type, &body);
+            let reason = status.canonical_reason().unwrap_or("");
+            let mut f = match inner.api {
+                Api::Bedrock => bedrock::http_error(status.as_u16(), reason, &headers, &content_type, &body),
+                _ => classify_status(status.as_u16(), reason, &content_type, &body),
+            };
             if f.retryable() {
                 f.retry_after = retry_after(&headers, now);
             }
@@ -811,7 +898,11 @@ impl Provider {
                 snippet(&e, 40)
             )));
         }
-        if inner.stream && content_type.starts_with("text/event-stream") {
+        let framed = match inner.api {
+            Api::Bedrock => content_type.starts_with(bedrock::EVENT_STREAM),
+            _ => content_type.starts_with("text/event-stream"),
+        };
+        if inner.stream && framed {
             return self.read_stream(resp, emit).await;
         }
         if let Some(len) = resp.content_length() {
@@ -835,7 +926,7 @@ impl Provider {
 
     async fn read_stream(&self, mut resp: reqwest::Response, emit: &mut Emit) -> Result<ModelResponse, Failure> {
         let inner = &*self.inner;
-        let mut parser = SseParser::new(inner.max_response_bytes.min(16 << 20));
+        let mut parser = Framer::new(inner.api, inner.max_response_bytes.min(16 << 20));
         let mut state = StreamState::new(inner.api);
         let mut events = Vec::new();
         let mut total = 0usize;
@@ -855,7 +946,7 @@ impl Provider {
             if total > inner.max_response_bytes {
                 return Err(too_large(inner.max_response_bytes));
             }
-            parser.push(&chunk, &mut events).map_err(|e| Failure::malformed(e.to_string()))?;
+            parser.push(&chunk, &mut events)?;
             for ev in events.drain(..) {
                 if state.on_event(&ev, emit)? {
                     return state.finish();
@@ -961,6 +1052,7 @@ impl Model for Provider {
             (None, Api::OpenAiResponses | Api::OpenAiChat) => "openai",
             (None, Api::Anthropic) => "anthropic",
             (None, Api::Gemini) => "gcp.gemini",
+            (None, Api::Bedrock) => "aws.bedrock",
         };
         ModelIdentity {
             provider: Some(Arc::from(provider)),

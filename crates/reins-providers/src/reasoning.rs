@@ -140,17 +140,20 @@ pub fn check_reasoning(s: &ReasoningSettings<'_>) -> Result<(), ReasoningConflic
     if s.api == Api::Gemini {
         return check_gemini(s);
     }
-    if s.effort.is_some() && s.api == Api::Anthropic {
+    if s.effort.is_some() && matches!(s.api, Api::Anthropic | Api::Bedrock) {
         return err(
             "reasoning_effort",
-            "applies to openai: and openai-chat: models; an anthropic: model thinks within a thinking budget (--thinking-budget N)".into(),
+            format!(
+                "applies to openai: and openai-chat: models; an {}: model thinks within a thinking budget (--thinking-budget N)",
+                s.api.name()
+            ),
         );
     }
     let Some(budget) = s.thinking_budget else { return Ok(()) };
-    if s.api != Api::Anthropic {
+    if !matches!(s.api, Api::Anthropic | Api::Bedrock) {
         return err(
             "thinking_budget",
-            "applies to anthropic: and gemini: models; an OpenAI reasoning model takes a reasoning effort (--reasoning-effort low|medium|high)".into(),
+            "applies to anthropic:, bedrock: and gemini: models; an OpenAI reasoning model takes a reasoning effort (--reasoning-effort low|medium|high)".into(),
         );
     }
     if budget < MIN_THINKING_BUDGET {

@@ -99,7 +99,9 @@ async fn capture(out: &std::path::Path) {
                         }
                         // A text block carrying the cache breakpoint.
                         Api::Anthropic => json.get("system").map(|s| s[0]["text"].clone()),
-                        Api::Gemini => unreachable!("tests/gemini.rs checks Gemini's bodies"),
+                        Api::Gemini | Api::Bedrock => {
+                            unreachable!("tests/gemini.rs and tests/bedrock.rs check their bodies")
+                        }
                     };
                     let want = (name == "history").then(|| json!(INSTRUCTIONS));
                     assert_eq!(slot, want, "{api:?} {name}: the instructions in their slot");

@@ -285,7 +285,9 @@ async fn an_agents_instructions_reach_each_api_in_its_own_slot() {
                                                                   "cache_control": {"type": "ephemeral"}}]});
                     assert_eq!(b["messages"], json!([user]));
                 }
-                Api::Gemini => unreachable!("not in APIS: tests/gemini.rs has its own"),
+                Api::Gemini | Api::Bedrock => {
+                    unreachable!("not in APIS: tests/gemini.rs and tests/bedrock.rs have their own")
+                }
             }
         }
     }
@@ -404,7 +406,9 @@ async fn plain_tool_call_responses() {
                 assert_eq!(&*r.tool_calls[0].id, "toolu_01A09q90qw90lq917835lq9");
                 assert_eq!(r.tool_calls[1].arguments, json!({"zone": "Europe/Paris"}));
             }
-            Api::Gemini => unreachable!("not in APIS: tests/gemini.rs has its own"),
+            Api::Gemini | Api::Bedrock => {
+                unreachable!("not in APIS: tests/gemini.rs and tests/bedrock.rs have their own")
+            }
         }
     }
 }

@@ -119,7 +119,7 @@ fn assert_native(api: Api, body: &Value) {
             assert_eq!(result["type"], "tool_result");
             assert_eq!(result["content"], json!([{"type": "text", "text": "the screen"}, image]));
         }
-        Api::Gemini => unreachable!("not in APIS: tests/gemini.rs has its own"),
+        Api::Gemini | Api::Bedrock => unreachable!("not in APIS: tests/gemini.rs and tests/bedrock.rs have their own"),
     }
 }
 
@@ -169,7 +169,9 @@ async fn images_and_native_output_reach_each_adapter_and_pass_the_sdk_types() {
                 }
                 // No native format here: the final-answer tool.
                 Api::Anthropic => assert_eq!(native["tools"][0]["name"], "final_answer"),
-                Api::Gemini => unreachable!("not in APIS: tests/gemini.rs has its own"),
+                Api::Gemini | Api::Bedrock => {
+                    unreachable!("not in APIS: tests/gemini.rs and tests/bedrock.rs have their own")
+                }
             }
             std::fs::write(out.join(dir(api)).join(format!("native-output-{mode}.json")), native.to_string()).unwrap();
 
@@ -233,7 +235,9 @@ async fn an_image_from_a_tool_result_reaches_the_model_through_a_run() {
                 assert_eq!(last["content"].as_array().map(Vec::len), Some(4), "two results, each text + image");
             }
             Api::Anthropic => assert!(text.contains("\"tool_result\"") && text.contains("\"base64\"")),
-            Api::Gemini => unreachable!("not in APIS: tests/gemini.rs has its own"),
+            Api::Gemini | Api::Bedrock => {
+                unreachable!("not in APIS: tests/gemini.rs and tests/bedrock.rs have their own")
+            }
         }
     }
 }

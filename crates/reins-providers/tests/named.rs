@@ -39,6 +39,7 @@ async fn every_named_provider_sends_its_path_key_header_and_body() {
             Api::OpenAiResponses => format!("{path}/responses"),
             Api::Anthropic => format!("{path}/v1/messages"),
             Api::Gemini => format!("{path}/v1beta/models/test-model:generateContent"),
+            Api::Bedrock => format!("{path}/model/test-model/converse"),
         };
         assert_eq!((r.method.as_str(), r.path.as_str()), ("POST", want_path.as_str()), "{}", p.name);
         match (p.name, p.local) {
@@ -55,7 +56,7 @@ async fn every_named_provider_sends_its_path_key_header_and_body() {
             (_, false) => assert_eq!(r.header("authorization"), Some(format!("Bearer {key}").as_str()), "{}", p.name),
         }
         let body = r.json();
-        if p.api != Api::Gemini {
+        if !matches!(p.api, Api::Gemini | Api::Bedrock) {
             assert_eq!(body["model"], "test-model", "{}", p.name);
         }
         let said = match p.api {
@@ -63,6 +64,7 @@ async fn every_named_provider_sends_its_path_key_header_and_body() {
             Api::OpenAiResponses => body["input"][0]["content"].clone(),
             Api::Anthropic => body["messages"][0]["content"].clone(),
             Api::Gemini => body["contents"][0]["parts"][0]["text"].clone(),
+            Api::Bedrock => body["messages"][0]["content"][0]["text"].clone(),
         };
         assert!(said.to_string().contains("Say hi"), "{}: {body}", p.name);
         // Compatible servers read `max_tokens`; only OpenAI's own endpoint gets `max_completion_tokens`.

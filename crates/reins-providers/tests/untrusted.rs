@@ -30,6 +30,7 @@ fn path(api: Api) -> &'static str {
         Api::OpenAiChat => "/v1/chat/completions",
         Api::Anthropic => "/v1/messages",
         Api::Gemini => "/v1/models/test-model:generateContent",
+        Api::Bedrock => unreachable!("not in APIS: tests/bedrock.rs has its own"),
     }
 }
 

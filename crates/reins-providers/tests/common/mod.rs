@@ -237,6 +237,7 @@ pub fn dir(api: reins_providers::Api) -> &'static str {
         reins_providers::Api::OpenAiChat => "openai_chat",
         reins_providers::Api::Anthropic => "anthropic",
         reins_providers::Api::Gemini => "gemini",
+        reins_providers::Api::Bedrock => "bedrock",
     }
 }
 

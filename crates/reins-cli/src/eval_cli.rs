@@ -49,9 +49,10 @@ enum EvalCommand {
     /// RUN is an eval id, or ID@AGENT (a label or a 1-based index) for one agent of an eval of several; one
     /// eval of two agents compares them.
     Diff(DiffArgs),
-    /// Re-scores a recorded eval with the suite's checks as they are now (or --suite FILE's) from what its
-    /// attempts recorded: no model is called and no agent built; a verifier keeps its recorded result. The
-    /// result is a new eval (compare it with `reins eval diff OLD NEW`).
+    /// Re-scores a recorded eval with the suite's checks as they are now (or --checks FILE's) from what its
+    /// attempts recorded, with no model called: a judge's recorded verdict is reused, and a verifier runs again
+    /// on each attempt's workspace rebuilt by replaying its session (the fixture copied fresh, the recorded model
+    /// responses, the tools for real). The result is a new eval (compare it with `reins eval diff OLD NEW`).
     #[command(after_help = EVAL_EXIT_HELP)]
     Rescore(RescoreArgs),
     /// Replays every attempt's session against the current build (recorded model responses, the tools for real
@@ -64,9 +65,10 @@ enum EvalCommand {
 struct RescoreArgs {
     /// The eval's id (or a unique prefix).
     id: String,
-    /// The suite whose checks score (default: the suite file the eval ran, as it is now); cases are matched by id.
-    #[arg(long, value_name = "FILE")]
-    suite: Option<PathBuf>,
+    /// A suite file whose checks score (default: the suite file the eval ran, as it is now); cases are matched
+    /// by id.
+    #[arg(long, visible_alias = "suite", value_name = "FILE")]
+    checks: Option<PathBuf>,
     #[command(flatten)]
     report: ReportFlags,
     /// The session store.
@@ -98,6 +100,10 @@ struct ReportFlags {
     /// Writes a self-contained HTML report (paged; no network access) to this file.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
+    /// With --html: also writes each attempt's session page into `sessions/` beside the report (about 35 KB a
+    /// session; a page already there is kept) and links each attempt to it.
+    #[arg(long, requires = "html")]
+    html_sessions: bool,
     /// Exit 0 when every agent's mean score is at least this (0 to 1), even if some case failed.
     #[arg(long, value_name = "X", value_parser = parse_unit)]
     min_score: Option<f64>,
@@ -216,7 +222,7 @@ pub async fn eval(args: EvalArgs) -> Result<u8, CliError> {
         EvalCommand::Resume(a) => resume(*a).await,
         EvalCommand::Show(a) => show(a),
         EvalCommand::Diff(a) => diff(a),
-        EvalCommand::Rescore(a) => rescore(a),
+        EvalCommand::Rescore(a) => rescore(a).await,
         EvalCommand::Replay(a) => replay(a).await,
     }
 }
@@ -335,17 +341,17 @@ async fn drive(eval: &Eval, store: &reins_store::Store, report: &ReportFlags) ->
     }
     let attempts = eval.dir.attempts().map_err(eval_err)?;
     let summary = Summary::new(&eval.meta, &attempts);
-    print_report(&summary, report)
+    print_report(store, &summary, report)
 }
 
 fn show(args: ShowArgs) -> Result<u8, CliError> {
     let store = crate::store_open::open_store(args.store.as_deref())?;
     let (dir, meta) = reins_eval::EvalDir::open(&root(&store), &args.id).map_err(eval_err)?;
     let attempts = dir.attempts().map_err(eval_err)?;
-    print_report(&Summary::new(&meta, &attempts), &args.report)
+    print_report(&store, &Summary::new(&meta, &attempts), &args.report)
 }
 
-fn print_report(summary: &Summary, report: &ReportFlags) -> Result<u8, CliError> {
+fn print_report(store: &reins_store::Store, summary: &Summary, report: &ReportFlags) -> Result<u8, CliError> {
     if report.json {
         let json = serde_json::to_string(summary).map_err(|e| CliError::Internal(e.into()))?;
         jsonln!("{json}");
@@ -358,7 +364,27 @@ fn print_report(summary: &Summary, report: &ReportFlags) -> Result<u8, CliError>
             .map_err(|e| CliError::Internal(anyhow::anyhow!("cannot write {}: {e}", path.display())))?;
     }
     if let Some(path) = &report.html {
-        let page = reins_eval::html(summary).map_err(eval_err)?;
+        let page = if report.html_sessions {
+            let dir = match path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            let pages = reins_eval::write_session_pages(store, summary, dir).map_err(eval_err)?;
+            errln!(
+                "reins: session pages in {}: {} written, {} kept{}",
+                dir.join(reins_eval::SESSIONS_DIR).display(),
+                pages.written,
+                pages.kept,
+                if pages.missing.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {} not in the store (named, not linked)", pages.missing.len())
+                }
+            );
+            reins_eval::html_linked(summary, &pages).map_err(eval_err)?
+        } else {
+            reins_eval::html(summary).map_err(eval_err)?
+        };
         crate::output::write_private(path, page.as_bytes())
             .map_err(|e| CliError::Internal(anyhow::anyhow!("cannot write {}: {e}", path.display())))?;
     }
@@ -426,12 +452,20 @@ fn diff(args: DiffArgs) -> Result<u8, CliError> {
     Ok(0)
 }
 
-fn rescore(args: RescoreArgs) -> Result<u8, CliError> {
+async fn rescore(args: RescoreArgs) -> Result<u8, CliError> {
     let store = crate::store_open::open_store(args.store.as_deref())?;
-    let (dir, meta) = reins_eval::rescore_eval(&root(&store), &args.id, args.suite.as_deref()).map_err(eval_err)?;
-    errln!("reins: eval {} re-scored from {} (no model called)", meta.id, args.id);
+    let (dir, meta, done) =
+        reins_eval::rescore_eval(&root(&store), &store, &args.id, args.checks.as_deref()).await.map_err(eval_err)?;
+    errln!(
+        "reins: eval {} re-scored from {} (no model called; {} workspace(s) rebuilt by replay, {} verifier run(s), {} infrastructure failure(s))",
+        meta.id,
+        args.id,
+        done.rebuilt,
+        done.verifier_runs,
+        done.infra
+    );
     let attempts = dir.attempts().map_err(eval_err)?;
-    print_report(&Summary::new(&meta, &attempts), &args.report)
+    print_report(&store, &Summary::new(&meta, &attempts), &args.report)
 }
 
 async fn replay(args: ReplayArgs) -> Result<u8, CliError> {

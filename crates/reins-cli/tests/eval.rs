@@ -876,3 +876,237 @@ fn case_folders_take_a_prompt_file_and_override_the_agents_model_and_limits() {
     assert_eq!(limited["observed"]["steps"], 1, "{limited}");
     assert_eq!(limited["observed"]["status"], "step_limit");
 }
+
+/// A suite of two cases for the counting server's agent: each writes mark.txt ("x") with the workspace tools in
+/// a copy of the fixture (seed.txt); the verifier tests/check.sh reads both.
+fn marking_suite(dir: &Dir, url: &str) -> PathBuf {
+    dir.file(
+        "agent.toml",
+        &format!("model = \"openai-chat:m\"\n[provider]\nbase_url = \"{url}/v1\"\nstream = false\n"),
+    );
+    std::fs::create_dir_all(dir.0.join("fixture")).unwrap();
+    dir.file("fixture/seed.txt", "seed");
+    std::fs::create_dir_all(dir.0.join("tests")).unwrap();
+    dir.file("tests/check.sh", "[ \"$(cat mark.txt)\" = x ] && [ -f seed.txt ]\n");
+    let mut text = "agent = \"agent.toml\"\n".to_owned();
+    for i in 0..2 {
+        text.push_str(&format!("[[cases]]\nid = \"case-{i}\"\nprompt = \"p\"\nworkspace = \"fixture\"\n[[cases.checks]]\nkind = \"tool_called\"\ntool = \"write_file\"\n[[cases.checks]]\nkind = \"verifier\"\ncommand = [\"sh\", \"{{verifier}}/check.sh\"]\nfiles = \"tests\"\n"));
+    }
+    dir.file("suite.toml", &text)
+}
+
+#[test]
+fn rescore_calls_no_model_and_runs_the_verifier_again_on_the_workspace_replay_rebuilt() {
+    use std::sync::atomic::Ordering;
+    let (url, _, requests) = counting_server();
+    let dir = Dir::new("eval-rescore-replay");
+    let suite = marking_suite(&dir, &url);
+    let rescore = |extra: &[&str], id: &str| {
+        let o = reins()
+            .args(["eval", "rescore", id, "--json", "--store"])
+            .arg(dir.store())
+            .args(extra)
+            .env("OPENAI_API_KEY", "test")
+            .output()
+            .unwrap();
+        (o.status.code(), json_of(&o), stderr(&o))
+    };
+    let o = reins()
+        .args(["eval", "run", suite.to_str().unwrap(), "--json", "--store"])
+        .arg(dir.store())
+        .env("OPENAI_API_KEY", "test")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let old = json_of(&o)["id"].as_str().unwrap().to_owned();
+    assert_eq!(requests.load(Ordering::SeqCst), 4, "two attempts of two model calls");
+    let sessions = reins_store::Store::open(dir.store()).unwrap().list().unwrap().len();
+    // Unchanged: the verifier runs again, in each attempt's workspace rebuilt by replaying its session (the
+    // fixture's seed.txt and the mark.txt the agent's tool call wrote), and passes again.
+    let (code, s, err) = rescore(&[], &old);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(s["agents"][0]["passed"], 2, "{s}");
+    assert!(err.contains("2 workspace(s) rebuilt by replay, 2 verifier run(s), 0 infrastructure"), "{err}");
+    // The verifier script changed: it wants another content in the agent's file; both attempts now fail.
+    dir.file("tests/check.sh", "[ \"$(cat mark.txt)\" = y ]\n");
+    let (code, s, err) = rescore(&[], &old);
+    assert_eq!(code, Some(20), "{err}");
+    assert_eq!(s["agents"][0]["failed"], 2, "{s}");
+    assert_eq!(s["agents"][0]["mean"], 0.5, "the tool_called check still passes: {s}");
+    // --checks: other checks, whose verifier's reward is read from the file the agent wrote.
+    let checks = dir.file(
+        "checks.toml",
+        "[[cases]]\nid = \"case-0\"\nprompt = \"p\"\nworkspace = \"fixture\"\n[[cases.checks]]\nkind = \"verifier\"\ncommand = [\"sh\", \"-c\", \"if [ \\\"$(cat mark.txt)\\\" = x ]; then echo 0.5; else echo 0; fi > \\\"$REINS_EVAL_LOGS/reward.txt\\\"\"]\nthreshold = 0.5\n[[cases]]\nid = \"case-1\"\nprompt = \"p\"\n[[cases.checks]]\nkind = \"verifier\"\ncommand = [\"sh\", \"-c\", \"test -f seed.txt\"]\n",
+    );
+    let (code, s, err) = rescore(&["--checks", checks.to_str().unwrap()], &old);
+    assert_eq!(code, Some(20), "{err}");
+    let cases = &s["agents"][0]["cases"];
+    assert_eq!(cases[0]["mean"], 0.5, "{s}");
+    assert_eq!(cases[0]["passed"], true, "{s}");
+    // case-1 of these checks has no fixture: its rebuilt workspace has no seed.txt.
+    assert_eq!(cases[1]["passed"], false, "{s}");
+    let new = s["id"].as_str().unwrap();
+    let reason = attempts(&dir, new)[0]["checks"][0]["reason"].as_str().unwrap().to_owned();
+    assert_eq!(reason, "verifier reward 0.5");
+    // No model was called by the three re-scores, and no session was recorded.
+    assert_eq!(requests.load(Ordering::SeqCst), 4, "a re-score calls no model");
+    assert_eq!(reins_store::Store::open(dir.store()).unwrap().list().unwrap().len(), sessions);
+}
+
+#[test]
+fn a_rescore_whose_replay_diverges_is_an_infrastructure_failure_not_a_score() {
+    let dir = Dir::new("eval-rescore-diverged");
+    script(
+        &dir,
+        "copy.json",
+        json!([
+            {"content": "", "tool_calls": [{"id": "1", "name": "read_file", "arguments": {"path": "data.txt"}}]},
+            {"content": "", "tool_calls": [{"id": "2", "name": "write_file", "arguments": {"path": "out.txt", "content": "first"}}]},
+            {"content": "copied"}
+        ]),
+    );
+    agent(&dir, "a.toml", "copy.json");
+    std::fs::create_dir_all(dir.0.join("fixture")).unwrap();
+    dir.file("fixture/data.txt", "first\n");
+    let suite = dir.file(
+        "suite.toml",
+        "agent = \"a.toml\"\n[[cases]]\nid = \"copies\"\nprompt = \"p\"\nworkspace = \"fixture\"\n[[cases.checks]]\nkind = \"verifier\"\ncommand = [\"sh\", \"-c\", \"grep -q first out.txt\"]\n",
+    );
+    let o = eval(&dir, &["run", suite.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let id = json_of(&o)["id"].as_str().unwrap().to_owned();
+    // The fixture changed: the replayed read differs, so the rebuilt workspace is not the one the agent left.
+    dir.file("fixture/data.txt", "second\n");
+    let o = eval(&dir, &["rescore", &id, "--json"]);
+    assert_eq!(o.status.code(), Some(22), "{}", stderr(&o));
+    let s = json_of(&o);
+    let agent = &s["agents"][0];
+    assert_eq!(agent["failed"], 0, "not the agent's failure: {agent}");
+    let why = agent["infra_failures"][0].as_str().unwrap();
+    assert!(why.contains("copies") && why.contains("diverged") && why.contains("tool result"), "{why}");
+}
+
+/// The first Chromium on the PATH.
+fn chromium() -> Option<&'static str> {
+    ["chromium", "chromium-browser", "google-chrome"].into_iter().find(|c| {
+        std::process::Command::new(c)
+            .arg("--version")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok()
+    })
+}
+
+/// The DOM of `file` after headless Chromium ran its scripts.
+fn dom(chromium: &str, file: &Path) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("file://{}", file.display()))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_html_report_links_each_attempt_to_its_session_page_written_beside_it() {
+    let dir = Dir::new("eval-html-sessions");
+    script(&dir, "ok.json", answer("the answer is forty-two"));
+    agent(&dir, "a.toml", "ok.json");
+    let suite = dir.file(
+        "suite.toml",
+        "agent = \"a.toml\"\n[[cases]]\nid = \"one\"\nprompt = \"p\"\n[[cases]]\nid = \"two\"\nprompt = \"p\"\n",
+    );
+    let report = dir.0.join("report/index.html");
+    let o = eval(&dir, &["run", suite.to_str().unwrap(), "--html", report.to_str().unwrap(), "--html-sessions"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("2 written, 0 kept"), "{}", stderr(&o));
+    let id = String::from_utf8_lossy(&o.stdout).lines().last().unwrap().trim_start_matches("eval ").to_owned();
+    let sessions: Vec<String> =
+        attempts(&dir, &id).iter().map(|a| a["session_id"].as_str().unwrap().to_owned()).collect();
+    for s in &sessions {
+        let page = std::fs::read_to_string(dir.0.join(format!("report/sessions/{s}.html"))).unwrap();
+        assert!(page.contains("default-src 'none'") && !page.contains("https://"), "self-contained");
+    }
+    // Written again (a show of the same eval): the pages there are kept.
+    let o = eval(&dir, &["show", &id, "--html", report.to_str().unwrap(), "--html-sessions"]);
+    assert!(stderr(&o).contains("0 written, 2 kept"), "{}", stderr(&o));
+    // --html-sessions needs --html.
+    assert_eq!(eval(&dir, &["show", &id, "--html-sessions"]).status.code(), Some(2));
+    let Some(chromium) = chromium() else {
+        eprintln!("no Chromium: the pages were not rendered");
+        return;
+    };
+    let page = dom(chromium, &report);
+    let hrefs: Vec<&str> = page.split("href=\"").skip(1).map(|s| s.split('"').next().unwrap()).collect();
+    assert_eq!(hrefs.len(), 2, "a link per attempt: {page}");
+    for (href, session) in hrefs.iter().zip(&sessions) {
+        assert_eq!(*href, format!("sessions/{session}.html"), "relative to the report");
+        let target = report.parent().unwrap().join(href);
+        assert!(target.is_file(), "{href}");
+        let shown = dom(chromium, &target);
+        assert!(shown.contains("data-ready=\"1\""), "the session page rendered: {shown}");
+        assert!(shown.contains(&format!("Reins session {}", &session[..8])), "{shown}");
+        assert!(shown.contains("the answer is forty-two"), "its transcript shown");
+    }
+}
+
+#[test]
+fn progress_is_a_bar_on_a_terminal_and_plain_lines_otherwise() {
+    let dir = Dir::new("eval-progress");
+    script(&dir, "ok.json", answer("right"));
+    agent(&dir, "a.toml", "ok.json");
+    let suite = dir.file(
+        "suite.toml",
+        "agent = \"a.toml\"\n[[cases]]\nid = \"first\"\nprompt = \"p\"\n[[cases]]\nid = \"second\"\nprompt = \"p\"\n[[cases.checks]]\nkind = \"contains\"\nvalue = \"wrong\"\n[[cases]]\nid = \"third\"\nprompt = \"p\"\n",
+    );
+    // On a terminal (a new pseudo-terminal: stdin, stdout and stderr): a bar rewritten in place.
+    let mut c = reins();
+    c.stdin(std::process::Stdio::inherit())
+        .args(["eval", "run", suite.to_str().unwrap(), "--store"])
+        .arg(dir.store())
+        .env("TERM", "xterm");
+    let options = rexpect::reader::Options::new().timeout_ms(Some(60_000)).strip_ansi_escape_codes(false);
+    let mut p = rexpect::session::spawn_with_options(c, options).unwrap();
+    let screen = p.exp_eof().unwrap();
+    match p.process().wait().unwrap() {
+        rexpect::process::wait::WaitStatus::Exited(_, code) => assert_eq!(code, 20, "{screen:?}"),
+        other => panic!("{other:?}"),
+    }
+    // Each attempt: the line cleared (CR, erase line), then done/total, the pass rate so far, the cost so far
+    // (100 + 10 tokens at $1 and $2 per million: $0.00012 an attempt) and the ETA.
+    let bars: Vec<&str> = screen.split("\r\x1b[K").skip(1).collect();
+    assert_eq!(bars.len(), 3, "{screen:?}");
+    assert!(bars[0].starts_with("[1/3] 100% passed, $0.0001, ETA "), "{screen:?}");
+    // A failure keeps a line of its own above the bar.
+    assert!(
+        bars[1].starts_with("second#1: fail contains: ") && bars[1].contains("[2/3] 50% passed, $0.0002, ETA "),
+        "{screen:?}"
+    );
+    assert!(bars[2].starts_with("[3/3] 67% passed, $0.0004, ETA "), "{screen:?}");
+    assert!(!screen.contains("[1/3] first#1"), "no plain lines on a terminal: {screen:?}");
+    // Otherwise (stderr a pipe): a plain line per attempt, no control characters.
+    let o = eval(&dir, &["run", suite.to_str().unwrap()]);
+    let err = stderr(&o);
+    assert!(!err.contains('\x1b') && !err.contains('\r'), "{err:?}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with('[')).collect();
+    assert_eq!(
+        lines,
+        [
+            "[1/3] first#1: pass 1.00 (passed 1 so far, $0.0001)",
+            "[2/3] second#1: fail 0.00 (passed 1 so far, $0.0002)",
+            "[3/3] third#1: pass 1.00 (passed 2 so far, $0.0004)"
+        ],
+        "{err}"
+    );
+}

@@ -1,9 +1,20 @@
 //! The HTML report: one self-contained page (the session page's approach: a Content-Security-Policy with no network
 //! access, style and script inline under a nonce, the data as an inert JSON block), paged so that thousands of cases
 //! stay fast: the script builds only the rows of the page shown, with `textContent` (never HTML from the data).
+//! With [`write_session_pages`] each attempt's session page (`reins-view`'s, as `reins sessions view` writes it)
+//! is written beside the report, in `sessions/ID.html`, and [`html_linked`]'s report links each attempt to it by a
+//! relative link (the pair can be moved or archived together; nothing is served).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use serde::Serialize;
 
 use crate::error::EvalError;
 use crate::report::Summary;
+
+/// The directory beside the report that holds the session pages.
+pub const SESSIONS_DIR: &str = "sessions";
 
 /// Cases per page.
 pub const PAGE_SIZE: usize = 100;
@@ -16,6 +27,8 @@ const SCRIPT: &str = r#"
 const data = JSON.parse(document.getElementById('eval-data').textContent);
 const PAGE = Number(document.body.dataset.page);
 const root = document.getElementById('report');
+const links = data.session_pages || null;
+const missing = new Set(links ? links.missing : []);
 function el(tag, text, cls) { const e = document.createElement(tag); if (text !== undefined) e.textContent = text; if (cls) e.className = cls; return e; }
 function num(x, d) { return x === null || x === undefined ? '-' : Number(x).toFixed(d); }
 root.appendChild(el('h1', 'Eval ' + data.id + ' of ' + data.suite));
@@ -45,7 +58,16 @@ for (const agent of data.agents) {
       tr.appendChild(el('td', num(c.cost_usd, 4), 'n'));
       tr.appendChild(el('td', num(c.steps, 1), 'n'));
       tr.appendChild(el('td', c.failures.concat(c.infra.map(i => 'infrastructure: ' + i)).join('\n')));
-      const s = el('td'); for (const id of c.sessions) { s.appendChild(el('code', 'reins sessions view ' + id)); s.appendChild(el('br')); }
+      const s = el('td');
+      for (const id of c.sessions) {
+        if (links && !missing.has(id)) {
+          const a = el('a', 'session ' + id.slice(0, 8)); a.href = links.dir + '/' + encodeURIComponent(id) + '.html'; a.title = id;
+          s.appendChild(a);
+        } else {
+          s.appendChild(el('code', 'reins sessions view ' + id));
+        }
+        s.appendChild(el('br'));
+      }
       tr.appendChild(s);
       body.appendChild(tr);
     }
@@ -61,9 +83,27 @@ for (const agent of data.agents) {
 }
 "#;
 
-/// The report page of `summary`.
+/// The report page of `summary`; each attempt's session is named by the command that writes its page.
 pub fn html(summary: &Summary) -> Result<String, EvalError> {
-    let data = reins_view::escape::json_for_html(summary).map_err(|e| EvalError::Io(e.to_string()))?;
+    page(summary, None)
+}
+
+/// The report page of `summary` with a link from each attempt to its session page in `sessions/ID.html` beside
+/// the report (see [`write_session_pages`]); the sessions in `pages.missing` are named as by [`html`] instead.
+pub fn html_linked(summary: &Summary, pages: &SessionPages) -> Result<String, EvalError> {
+    page(summary, Some(pages))
+}
+
+fn page(summary: &Summary, pages: Option<&SessionPages>) -> Result<String, EvalError> {
+    let bad = |e: serde_json::Error| EvalError::Io(e.to_string());
+    let mut value = serde_json::to_value(summary).map_err(bad)?;
+    if let (Some(p), Some(object)) = (pages, value.as_object_mut()) {
+        object.insert(
+            "session_pages".into(),
+            serde_json::json!({"dir": SESSIONS_DIR, "missing": p.missing.iter().collect::<Vec<_>>()}),
+        );
+    }
+    let data = reins_view::escape::json_for_html(&value).map_err(bad)?;
     let nonce = uuid::Uuid::new_v4().simple().to_string();
     let csp = reins_view::csp(&nonce, false);
     let title = reins_view::escape::html_text(&format!("Eval {} of {}", summary.id, summary.suite));
@@ -76,4 +116,67 @@ pub fn html(summary: &Summary) -> Result<String, EvalError> {
 <script type=\"application/json\" id=\"eval-data\">{data}</script>\
 <script nonce=\"{nonce}\">{SCRIPT}</script></body></html>\n"
     ))
+}
+
+/// The session pages [`write_session_pages`] made.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SessionPages {
+    /// Pages written.
+    pub written: usize,
+    /// Pages already there (a session of a finished attempt does not change), left as they were.
+    pub kept: usize,
+    /// Sessions that have no page: not in the store any more (pruned), or an id that is not a file name.
+    pub missing: BTreeSet<String>,
+}
+
+/// Writes the session page of every attempt of `summary` from `store` into `dir/sessions/ID.html` (the directory
+/// made private; each page written whole through a temporary file renamed over it, readable by its owner only).
+/// A page already there is kept (a finished attempt's session does not change), so writing the report of a
+/// resumed or re-scored eval again writes only the new pages.
+pub fn write_session_pages(
+    store: &reins_store::Store,
+    summary: &Summary,
+    dir: &Path,
+) -> Result<SessionPages, EvalError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::DirBuilderExt as _;
+    let out = dir.join(SESSIONS_DIR);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&out)
+        .map_err(|e| EvalError::Io(format!("cannot create {}: {e}", out.display())))?;
+    let ids: BTreeSet<&String> =
+        summary.agents.iter().flat_map(|a| a.cases.iter()).flat_map(|c| c.sessions.iter()).collect();
+    let mut pages = SessionPages::default();
+    for id in ids {
+        let file_name = !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        let path = out.join(format!("{id}.html"));
+        if !file_name {
+            pages.missing.insert(id.clone());
+            continue;
+        }
+        if path.is_file() {
+            pages.kept += 1;
+            continue;
+        }
+        // Exactly this session (never a prefix's match): a pruned one has no page.
+        let Ok(session) = store.load(id).map(|s| (s.id() == id.as_str()).then_some(s)) else {
+            pages.missing.insert(id.clone());
+            continue;
+        };
+        let Some(session) = session else {
+            pages.missing.insert(id.clone());
+            continue;
+        };
+        let html = reins_view::session_html(&reins_view::build(&session))
+            .map_err(|e| EvalError::Io(format!("the page of session {id}: {e}")))?;
+        let write = |e: std::io::Error| EvalError::Io(format!("cannot write {}: {e}", path.display()));
+        let mut tmp =
+            tempfile::Builder::new().prefix(".reins-session-").suffix(".tmp").tempfile_in(&out).map_err(write)?;
+        tmp.write_all(html.as_bytes()).map_err(write)?;
+        tmp.persist(&path).map_err(|e| write(e.error))?;
+        pages.written += 1;
+    }
+    Ok(pages)
 }

@@ -25,10 +25,10 @@ mod run;
 pub mod stats;
 mod suite;
 
-pub use again::{Replayed, rescore_eval};
+pub use again::{Replayed, Rescored, rescore_eval};
 pub use check::{Call, Check, CheckDef, CheckResult, Judge, Kind, Observed, On, Verifier, combine, subset};
 pub use error::EvalError;
-pub use html::{PAGE_SIZE, html};
+pub use html::{PAGE_SIZE, SESSIONS_DIR, SessionPages, html, html_linked, write_session_pages};
 pub use record::{AgentRecord, Attempt, EvalDir, EvalLock, EvalMeta, Options, evals_root};
 pub use report::{
     AgentSummary, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CaseSummary, Diff, Flip, Summary, diff, diff_text, junit, table,

@@ -541,7 +541,13 @@ fn millis(d: Duration) -> u64 {
 /// Runs the verifier after the agent: its files copied beside (never into) the workspace, its command run in
 /// the workspace. `Err` is an infrastructure failure (it could not start, was killed, timed out, or wrote a
 /// malformed reward file).
-async fn verify(check: &Check, v: &Verifier, workspace: &Path, root: &Path, case: &str) -> Result<CheckResult, String> {
+pub(crate) async fn verify(
+    check: &Check,
+    v: &Verifier,
+    workspace: &Path,
+    root: &Path,
+    case: &str,
+) -> Result<CheckResult, String> {
     let vdir = root.join("verifier");
     match &v.files {
         Some(files) => {

@@ -94,3 +94,44 @@ fn the_report_renders_in_headless_chromium_one_page_at_a_time() {
     assert!(dom.contains("1000 passed, 1000 failed"));
     assert!(!dom.contains("<img"), "the data stayed text");
 }
+
+#[test]
+fn the_linked_report_links_each_attempt_to_its_session_page_and_names_the_missing() {
+    let summary = summary(2000);
+    let pages =
+        reins_eval::SessionPages { written: 1999, kept: 0, missing: ["session-0".to_owned()].into_iter().collect() };
+    let page = reins_eval::html_linked(&summary, &pages).unwrap();
+    assert!(page.contains("default-src 'none'"));
+    assert_eq!(page.matches("</script>").count(), 2, "the links' data is in the inert block");
+    let Some(chromium) = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|c| Command::new(c).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok())
+    else {
+        eprintln!("no Chromium: skipped");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("report.html");
+    std::fs::write(&file, page).unwrap();
+    let profile = tempfile::tempdir().unwrap();
+    let out = Command::new(chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg(format!("file://{}", file.display()))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(dom.contains("page 1 of 20"), "{}", String::from_utf8_lossy(&out.stderr));
+    // The first page's 100 attempts: 99 links, relative to the report; the session with no page named instead.
+    assert_eq!(dom.matches("<a href=\"sessions/").count(), 99, "{dom}");
+    assert!(dom.contains("<a href=\"sessions/session-1.html\" title=\"session-1\">session session-</a>"), "{dom}");
+    assert!(dom.contains("reins sessions view session-0") && !dom.contains("sessions/session-0.html"));
+}

@@ -566,6 +566,8 @@ impl AgentDef {
         let own_instructions = self.instructions_text()?;
         let (instructions, own_notes) = self.compose_instructions(&workspace, own_instructions.clone());
         notes.splice(0..0, own_notes);
+        // A malformed tool of a server is left out, the server's others kept: say which and why.
+        notes.extend(mcp.iter().flat_map(|m| m.warnings()));
         let output_schema = self.output_schema.as_ref().map(|s| s.load()).transpose()?;
         Ok(Parts {
             def: self.clone(),

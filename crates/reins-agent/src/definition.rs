@@ -318,6 +318,14 @@ pub struct McpServerDef {
     /// `NAME__list_resources` and `NAME__read_resource`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<bool>,
+    /// The protocol revision to speak with it (`"2026-07-28"`, `"2025-11-25"`, ...); by default chosen per
+    /// server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// `true`: when nobody can be asked (no terminal), a form elicitation whose every required field has a
+    /// default is accepted with the defaults (declined otherwise). By default it is declined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elicitation_defaults: Option<bool>,
 }
 
 impl McpServerDef {
@@ -368,6 +376,12 @@ impl McpServerDef {
         }
         if let Some(on) = self.resources {
             config = config.resources(on);
+        }
+        if let Some(revision) = &self.protocol {
+            config = config.protocol(revision).map_err(|e| at(e.0))?;
+        }
+        if let Some(on) = self.elicitation_defaults {
+            config = config.elicitation_defaults(on);
         }
         Ok(config)
     }

@@ -60,6 +60,9 @@ struct ServerReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     protocol: Option<String>,
     tools: Vec<reins::ToolSpec>,
+    /// The tools it listed that Reins leaves out, each with the reason.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    refused: Vec<String>,
     resources: Vec<reins_mcp::RemoteResource>,
     prompts: Vec<reins_mcp::RemotePrompt>,
 }
@@ -132,6 +135,7 @@ async fn probe(config: ServerConfig) -> ServerReport {
         error: None,
         protocol: None,
         tools: Vec::new(),
+        refused: Vec::new(),
         resources: Vec::new(),
         prompts: Vec::new(),
     };
@@ -145,14 +149,15 @@ async fn probe(config: ServerConfig) -> ServerReport {
     report.server = server.server_info().map(str::to_owned);
     report.protocol = Some(server.protocol_version().to_owned()).filter(|p| !p.is_empty());
     let listed = async {
-        let tools = reins_mcp::server_tools(&server).await?;
+        let tools = reins_mcp::list_server_tools(&server).await?;
         let resources = if server.config().resources { server.list_resources().await? } else { Vec::new() };
         Ok::<_, reins_mcp::McpError>((tools, resources, server.list_prompts().await?))
     };
     match listed.await {
         Ok((tools, resources, prompts)) => {
             report.started = true;
-            report.tools = tools.iter().map(|t| t.spec().clone()).collect();
+            report.tools = tools.tools.iter().map(|t| t.spec().clone()).collect();
+            report.refused = tools.refused.iter().map(ToString::to_string).collect();
             report.resources = resources;
             report.prompts = prompts;
         }
@@ -216,6 +221,9 @@ fn render(r: &ServerReport) -> String {
             let desc: String = first_line.chars().take(100).collect();
             let more = if first_line.chars().count() > 100 { "..." } else { "" };
             out.push_str(&format!("  {:width$}  {desc}{more}\n", t.name));
+        }
+        for refused in &r.refused {
+            out.push_str(&format!("  left out: {refused}\n"));
         }
         render_extras(&mut out, r);
     } else {

@@ -174,3 +174,44 @@ fn run_reads_mcp_servers_from_the_config_file() {
     // The server got the environment from its table.
     assert!(std::fs::read_to_string(&log).unwrap().contains("\"shout\""));
 }
+
+#[test]
+fn a_server_with_a_malformed_tool_is_kept_the_tool_left_out_with_a_warning_and_named_by_mcp_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.json");
+    let outcome = dir.path().join("outcome.json");
+    let turns =
+        json!([{"tool_calls": [{"id": "1", "name": "py__add", "arguments": {"a": 2, "b": 3}}]}, {"content": "5"}]);
+    std::fs::write(&script, turns.to_string()).unwrap();
+    // py_server.py --bad-name also lists a tool named `bad.name`, which no Reins tool can be named.
+    let spec = format!("{} --bad-name", py_server_spec("py"));
+    let out = reins()
+        .args(["run", "--model"])
+        .arg(format!("script:{}", script.display()))
+        .arg("--output")
+        .arg(&outcome)
+        .args(["--mcp", &spec, "add things"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(
+        stderr.contains(
+            "reins: warning: MCP server \"py\": tool \"bad.name\" refused: \"py__bad.name\" is not a valid tool name"
+        ) && stderr.contains("it is left out, the server's other tools are offered"),
+        "{stderr}"
+    );
+    let o: Value = serde_json::from_str(&std::fs::read_to_string(&outcome).unwrap()).unwrap();
+    let result = o["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").unwrap().clone();
+    assert_eq!(result["content"], "5", "{o}");
+
+    let out = reins().args(["mcp", "list", "--mcp", &spec]).output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stdout.contains("py: started"), "{stdout}");
+    assert!(stdout.contains("  left out: MCP server \"py\": tool \"bad.name\" refused: "), "{stdout}");
+    let out = reins().args(["mcp", "list", "--json", "--mcp", &spec]).output().unwrap();
+    let listed: Value = serde_json::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    let refused = listed.pointer("/servers/0/refused/0").and_then(Value::as_str).unwrap_or_default();
+    assert!(refused.contains("bad.name"), "{listed}");
+}

@@ -62,7 +62,18 @@ pub struct ServerConfig {
     /// Its resources reach the model as the tools `NAME__list_resources` and `NAME__read_resource` (when the
     /// server offers resources). On by default; `resources = false` in its `[mcp.NAME]` table turns it off.
     pub resources: bool,
+    /// The protocol revision to speak with it (`protocol = "2025-11-25"`), one of [`KNOWN_PROTOCOLS`]; `None`
+    /// (the default) chooses per server: `server/discover` (2026-07-28) first, the `initialize` handshake for a
+    /// server that refuses it.
+    pub protocol: Option<String>,
+    /// When nobody can be asked (no terminal), a form elicitation whose every required field has a default is
+    /// accepted with the defaults of the fields that have one, and declined otherwise (see
+    /// [`crate::elicit::defaults`]). Off by default: such a request is declined.
+    pub elicitation_defaults: bool,
 }
+
+/// The protocol revisions a server can be pinned to, newest first.
+pub const KNOWN_PROTOCOLS: &[&str] = &["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
 impl ServerConfig {
     /// A server started as `command args...`.
@@ -87,6 +98,8 @@ impl ServerConfig {
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
             call_timeout: DEFAULT_CALL_TIMEOUT,
             resources: true,
+            protocol: None,
+            elicitation_defaults: false,
         })
     }
 
@@ -106,6 +119,48 @@ impl ServerConfig {
     pub fn resources(mut self, on: bool) -> Self {
         self.resources = on;
         self
+    }
+
+    /// Speaks `revision` with the server (one of [`KNOWN_PROTOCOLS`]) instead of choosing per server: a
+    /// 2026-07-28 server is never sent `initialize`, an earlier one never `server/discover`.
+    pub fn protocol(mut self, revision: &str) -> Result<Self, ConfigError> {
+        if !KNOWN_PROTOCOLS.contains(&revision) {
+            return Err(ConfigError(format!(
+                "MCP server {:?}: unknown protocol revision {revision:?} (known: {})",
+                self.name,
+                KNOWN_PROTOCOLS.join(", ")
+            )));
+        }
+        self.protocol = Some(revision.to_owned());
+        Ok(self)
+    }
+
+    /// Accepts a form elicitation with its schema's defaults when nobody can be asked (`true`), or declines it
+    /// (`false`, the default). See [`ServerConfig::elicitation_defaults`].
+    pub fn elicitation_defaults(mut self, on: bool) -> Self {
+        self.elicitation_defaults = on;
+        self
+    }
+
+    /// How the connection starts: the pinned revision's way, or `server/discover` first with the `initialize`
+    /// handshake (offering 2025-11-25) for a server that refuses it.
+    pub(crate) fn lifecycle(&self) -> rmcp::ClientLifecycleMode {
+        use rmcp::model::ProtocolVersion;
+        match self.protocol_version() {
+            None => rmcp::ClientLifecycleMode::Auto {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                legacy_version: Some(ProtocolVersion::V_2025_11_25),
+            },
+            // The revision is offered in `initialize` by the client's own information (its `get_info`).
+            Some(version) if version.has_initialize() => rmcp::ClientLifecycleMode::Initialize,
+            Some(version) => rmcp::ClientLifecycleMode::Discover { preferred_versions: vec![version] },
+        }
+    }
+
+    /// The pinned revision, as the protocol library names it.
+    pub(crate) fn protocol_version(&self) -> Option<rmcp::model::ProtocolVersion> {
+        let pinned = self.protocol.as_deref()?;
+        rmcp::model::ProtocolVersion::KNOWN_VERSIONS.iter().find(|k| k.as_str() == pinned).cloned()
     }
 
     /// The secrets Reins knows about this server — its `env` values, its header values and its URL's

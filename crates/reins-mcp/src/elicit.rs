@@ -95,6 +95,31 @@ pub fn note(server: &str, answer: &Elicited) -> String {
     format!("[MCP server {server:?} asked the person for input during this call; {what}]")
 }
 
+/// The answer made of a form's defaults, for a server configured with `elicitation_defaults` when nobody can be
+/// asked: every field of `schema` that has a `default`, with it. `None` (decline) when a required field has no
+/// default or the defaults do not match the schema.
+pub fn defaults(schema: &Value) -> Option<Value> {
+    let properties = schema.get("properties").and_then(Value::as_object);
+    let answer: serde_json::Map<String, Value> = properties
+        .into_iter()
+        .flatten()
+        .filter_map(|(name, field)| Some((name.clone(), field.get("default")?.clone())))
+        .collect();
+    let required = schema.get("required").and_then(Value::as_array).into_iter().flatten();
+    if required.filter_map(Value::as_str).any(|name| !answer.contains_key(name)) {
+        return None;
+    }
+    let answer = Value::Object(answer);
+    check_answer(schema, &answer).is_ok().then_some(answer)
+}
+
+/// The line noted in a call's result after the server's request was answered with its form's defaults.
+pub fn note_defaults(server: &str, accepted: bool) -> String {
+    let what =
+        if accepted { "accepted with the form's defaults" } else { "declined (a required field has no default)" };
+    format!("[MCP server {server:?} asked for input during this call; nobody could be asked, so it was {what}]")
+}
+
 /// A JSON value as a tool result records it: a string as itself, anything else as compact JSON.
 pub(crate) fn json_text(v: &Value) -> String {
     match v {
@@ -114,5 +139,22 @@ mod tests {
         assert!(check_answer(&schema, &json!({"n": 3})).is_ok());
         assert!(check_answer(&schema, &json!({"n": "three"})).is_err());
         assert!(check_answer(&schema, &json!({})).is_err());
+    }
+
+    #[test]
+    fn a_forms_defaults_answer_it_only_when_every_required_field_has_one() {
+        let schema = json!({"type": "object", "properties": {
+            "name": {"type": "string", "default": "Ann"},
+            "age": {"type": "integer", "default": 30},
+            "note": {"type": "string"}
+        }, "required": ["name"]});
+        assert_eq!(defaults(&schema), Some(json!({"name": "Ann", "age": 30})));
+        let needs_note = json!({"type": "object", "properties": {
+            "name": {"type": "string", "default": "Ann"}, "note": {"type": "string"}
+        }, "required": ["name", "note"]});
+        assert_eq!(defaults(&needs_note), None, "a required field without a default: declined");
+        let wrong = json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 5, "default": 1}}});
+        assert_eq!(defaults(&wrong), None, "a default that breaks the schema is never sent");
+        assert_eq!(defaults(&json!({"type": "object"})), Some(json!({})));
     }
 }

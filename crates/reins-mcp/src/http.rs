@@ -37,7 +37,7 @@ impl From<String> for ConnectError {
     }
 }
 
-/// Connects to a streamable HTTP endpoint and completes `initialize`. An `Authorization: Bearer TOKEN`
+/// Connects to a streamable HTTP endpoint and starts the connection as `lifecycle` says. An `Authorization: Bearer TOKEN`
 /// header is sent as the transport's bearer token; other headers go with every request. With a stored
 /// OAuth `login` (see [`crate::auth`]), its access token is the bearer token: refreshed before it expires, and
 /// once more when the server answers 401.
@@ -46,6 +46,7 @@ pub(crate) async fn connect<H: rmcp::ClientHandler>(
     url: &str,
     headers: &BTreeMap<String, String>,
     login: Option<rmcp::transport::AuthorizationManager>,
+    lifecycle: rmcp::ClientLifecycleMode,
 ) -> Result<RunningService<RoleClient, H>, ConnectError> {
     let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
     config.retry_config = Arc::new(BoundedRetry);
@@ -86,20 +87,10 @@ pub(crate) async fn connect<H: rmcp::ClientHandler>(
     let served = match login {
         Some(manager) => {
             let client = rmcp::transport::AuthClient::new(client, manager);
-            handler
-                .serve_with_lifecycle(
-                    StreamableHttpClientTransport::with_client(client, config),
-                    crate::server::lifecycle(),
-                )
-                .await
+            handler.serve_with_lifecycle(StreamableHttpClientTransport::with_client(client, config), lifecycle).await
         }
         None => {
-            handler
-                .serve_with_lifecycle(
-                    StreamableHttpClientTransport::with_client(client, config),
-                    crate::server::lifecycle(),
-                )
-                .await
+            handler.serve_with_lifecycle(StreamableHttpClientTransport::with_client(client, config), lifecycle).await
         }
     };
     served.map_err(|e| match refused.lock().ok().and_then(|slot| slot.clone()) {

@@ -19,6 +19,8 @@
 //! ```
 
 #![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
+#![cfg_attr(test, allow(clippy::too_many_lines))]
 
 pub mod auth;
 pub mod config;
@@ -36,8 +38,8 @@ pub mod spill;
 pub mod tools;
 
 pub use config::{
-    ConfigError, DEFAULT_CALL_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, MAX_SERVER_NAME, ServerConfig, Transport,
-    check_server_name, qualified_name,
+    ConfigError, DEFAULT_CALL_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, KNOWN_PROTOCOLS, MAX_SERVER_NAME, ServerConfig,
+    Transport, check_server_name, qualified_name,
 };
 pub use error::McpError;
 pub use frame::{LineGuard, MAX_MESSAGE_BYTES};
@@ -45,4 +47,4 @@ pub use result::map_call_result;
 pub use server::{
     IDEMPOTENCY_KEY_META, McpServer, PromptArgument, RemotePrompt, RemoteResource, RemoteTool, SHUTDOWN_GRACE,
 };
-pub use tools::{McpTool, McpToolSource, McpTools, make_tools, server_tools};
+pub use tools::{McpTool, McpToolSource, McpTools, ServerTools, list_server_tools, make_tools, server_tools};

@@ -11,7 +11,7 @@ use rmcp::model::{
     SubscriptionFilter,
 };
 use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
-use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt};
+use rmcp::{ClientHandler, ClientServiceExt};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -49,6 +49,10 @@ pub struct RemoteTool {
 #[derive(Clone)]
 struct Handler {
     flags: Arc<ChangeFlags>,
+    /// With nobody to ask, a form is answered with its defaults ([`ServerConfig::elicitation_defaults`]).
+    defaults: bool,
+    /// The revision offered in `initialize` when one is pinned ([`ServerConfig::protocol`]).
+    protocol: Option<ProtocolVersion>,
     /// The server's name, and what it asked the person since its last call ended (see [`crate::elicit`]).
     name: Arc<str>,
     elicited: Arc<std::sync::Mutex<Vec<String>>>,
@@ -98,12 +102,16 @@ impl ClientHandler for Handler {
 
     fn get_info(&self) -> ClientConfig {
         let mut capabilities = ClientCapabilities::default();
-        if self.elicitor.is_some() {
+        if self.elicitor.is_some() || self.defaults {
             let mut elicitation = rmcp::model::ElicitationCapability::new();
             elicitation.form = Some(rmcp::model::FormElicitationCapability::new());
             capabilities.elicitation = Some(elicitation);
         }
-        ClientConfig::new(capabilities, Implementation::new("reins", env!("CARGO_PKG_VERSION")))
+        let info = ClientConfig::new(capabilities, Implementation::new("reins", env!("CARGO_PKG_VERSION")));
+        match &self.protocol {
+            Some(version) => info.with_protocol_version(version.clone()),
+            None => info,
+        }
     }
 }
 
@@ -118,6 +126,9 @@ impl Handler {
         };
         let schema = serde_json::to_value(&requested_schema).unwrap_or(Value::Null);
         let asked = crate::elicit::ElicitationRequest { server: self.name.to_string(), message, schema };
+        if self.elicitor.is_none() && self.defaults {
+            return self.answer_with_defaults(&asked.schema);
+        }
         let answer = crate::elicit::ask(self.elicitor.as_ref(), &asked).await;
         if let Ok(mut notes) = self.elicited.lock() {
             notes.push(crate::elicit::note(&self.name, &answer));
@@ -126,6 +137,21 @@ impl Handler {
             Elicited::Accept(content) => ElicitResult::new(ElicitationAction::Accept).with_content(content),
             Elicited::Decline => ElicitResult::new(ElicitationAction::Decline),
             Elicited::Cancel => ElicitResult::new(ElicitationAction::Cancel),
+        }
+    }
+}
+
+impl Handler {
+    /// A form answered with its defaults, nobody being there to ask ([`crate::elicit::defaults`]); noted alike.
+    fn answer_with_defaults(&self, schema: &Value) -> rmcp::model::ElicitResult {
+        use rmcp::model::{ElicitResult, ElicitationAction};
+        let answer = crate::elicit::defaults(schema);
+        if let Ok(mut notes) = self.elicited.lock() {
+            notes.push(crate::elicit::note_defaults(&self.name, answer.is_some()));
+        }
+        match answer {
+            Some(content) => ElicitResult::new(ElicitationAction::Accept).with_content(content),
+            None => ElicitResult::new(ElicitationAction::Decline),
         }
     }
 }
@@ -187,6 +213,8 @@ impl McpServer {
         let elicited = Arc::new(std::sync::Mutex::new(Vec::new()));
         let handler = Handler {
             flags: Arc::clone(&flags),
+            defaults: config.elicitation_defaults,
+            protocol: config.protocol_version(),
             name: name.as_str().into(),
             elicited: Arc::clone(&elicited),
             elicitor: crate::elicit::elicitor(),
@@ -200,7 +228,8 @@ impl McpServer {
                 // The guard reports an answer over the message size limit as an error for its request.
                 let stdout = crate::frame::LineGuard::new(stdout);
                 let started =
-                    tokio::time::timeout(timeout, handler.serve_with_lifecycle((stdout, stdin), lifecycle())).await;
+                    tokio::time::timeout(timeout, handler.serve_with_lifecycle((stdout, stdin), config.lifecycle()))
+                        .await;
                 let service = match started {
                     Ok(Ok(service)) => service,
                     Ok(Err(e)) => {
@@ -228,7 +257,7 @@ impl McpServer {
                             .await
                             .map_err(|e| crate::http::ConnectError::Failed(e.to_string()))?
                     };
-                    crate::http::connect(handler, url, headers, login).await
+                    crate::http::connect(handler, url, headers, login, config.lifecycle()).await
                 };
                 let service = tokio::time::timeout(timeout, connect)
                     .await
@@ -492,15 +521,6 @@ impl McpServer {
             Some(p) => with_diagnosis(message.to_owned(), &p.diagnosis()),
             None => message.to_owned(),
         }
-    }
-}
-
-/// How a connection starts: `server/discover` first (the 2026-07-28 revision); a server that answers it with an
-/// error (an earlier revision) gets the `initialize` handshake offering 2025-11-25, which it may negotiate down.
-pub(crate) fn lifecycle() -> ClientLifecycleMode {
-    ClientLifecycleMode::Auto {
-        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-        legacy_version: Some(ProtocolVersion::V_2025_11_25),
     }
 }
 

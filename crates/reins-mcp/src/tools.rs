@@ -48,23 +48,27 @@ impl Tool for McpTool {
     }
 }
 
-/// Makes the Reins tools of `server` from what it listed: each named `SERVER__TOOL`, refused with a clear
-/// error when that name is invalid or repeated, or when its input schema is not a valid JSON Schema for an
-/// object (checked and compiled by [`Registry`]).
-pub fn make_tools(server: &Arc<McpServer>, listed: Vec<RemoteTool>) -> Result<Vec<Arc<dyn Tool>>, McpError> {
+/// Makes the Reins tools of `server` from what it listed: each named `SERVER__TOOL`. A tool whose name is
+/// invalid or repeated, or whose input schema is not a valid JSON Schema for an object (checked and compiled by
+/// [`Registry`]), is left out — the server's other tools are kept — and returned with the reason
+/// ([`McpError::Tool`]) in the second list.
+pub fn make_tools(server: &Arc<McpServer>, listed: Vec<RemoteTool>) -> (Vec<Arc<dyn Tool>>, Vec<McpError>) {
     let mut seen = HashSet::with_capacity(listed.len());
     let mut tools: Vec<Arc<dyn Tool>> = Vec::with_capacity(listed.len());
+    let mut refused = Vec::new();
     for remote in listed {
-        let refused =
+        let refuse =
             |reason: String| McpError::Tool { server: server.name().to_owned(), tool: remote.name.clone(), reason };
         let name = qualified_name(server.name(), &remote.name);
         if !is_valid_tool_name(&name) {
-            return Err(refused(format!(
+            refused.push(refuse(format!(
                 "{name:?} is not a valid tool name (a letter, then up to 63 letters, digits, '_' or '-')"
             )));
+            continue;
         }
         if !seen.insert(name.clone()) {
-            return Err(refused("the server lists two tools with this name".into()));
+            refused.push(refuse("the server lists two tools with this name (the first is kept)".into()));
+            continue;
         }
         let tool: Arc<dyn Tool> = Arc::new(McpTool {
             spec: ToolSpec { name, description: remote.description.clone(), input_schema: remote.input_schema.clone() },
@@ -75,12 +79,12 @@ pub fn make_tools(server: &Arc<McpServer>, listed: Vec<RemoteTool>) -> Result<Ve
         match Registry::new(vec![Arc::clone(&tool)]) {
             Ok(_) => tools.push(tool),
             Err(RegistryError::InvalidSchema { reason, .. }) => {
-                return Err(refused(format!("invalid input schema: {reason}")));
+                refused.push(refuse(format!("invalid input schema: {reason}")));
             }
-            Err(e) => return Err(refused(e.to_string())),
+            Err(e) => refused.push(refuse(e.to_string())),
         }
     }
-    Ok(tools)
+    (tools, refused)
 }
 
 /// The MCP servers of a run and their current tools.
@@ -91,6 +95,8 @@ pub fn make_tools(server: &Arc<McpServer>, listed: Vec<RemoteTool>) -> Result<Ve
 pub struct McpTools {
     servers: Vec<Arc<McpServer>>,
     tools: Mutex<Vec<Vec<Arc<dyn Tool>>>>,
+    /// The tools each server listed that were left out, and why (as last listed).
+    refused: Mutex<Vec<Vec<McpError>>>,
     refresh_errors: Mutex<Vec<McpError>>,
 }
 
@@ -113,12 +119,14 @@ impl McpTools {
         let results = futures_util::future::join_all(configs.into_iter().map(start_one)).await;
         let mut servers = Vec::with_capacity(results.len());
         let mut tools = Vec::with_capacity(results.len());
+        let mut refused = Vec::with_capacity(results.len());
         let mut first_error = None;
         for r in results {
             match r {
-                Ok((server, t)) => {
+                Ok((server, listed)) => {
                     servers.push(server);
-                    tools.push(t);
+                    tools.push(listed.tools);
+                    refused.push(listed.refused);
                 }
                 Err((server, e)) => {
                     if let Some(s) = server {
@@ -134,7 +142,12 @@ impl McpTools {
             }
             return Err(e);
         }
-        Ok(McpTools { servers, tools: Mutex::new(tools), refresh_errors: Mutex::new(Vec::new()) })
+        Ok(McpTools {
+            servers,
+            tools: Mutex::new(tools),
+            refused: Mutex::new(refused),
+            refresh_errors: Mutex::new(Vec::new()),
+        })
     }
 
     /// Writes every result over `max_chars` whole to a file beneath the scratch folder of the workspace at
@@ -153,6 +166,17 @@ impl McpTools {
     /// Every current tool, server by server.
     pub fn tools(&self) -> Vec<Arc<dyn Tool>> {
         self.tools.lock().map(|t| t.iter().flatten().cloned().collect()).unwrap_or_default()
+    }
+
+    /// The tools the servers listed that were left out ([`make_tools`] says why), server by server: the
+    /// command warns of each ([`McpTools::warnings`]).
+    pub fn refused(&self) -> Vec<McpError> {
+        self.refused.lock().map(|r| r.iter().flatten().cloned().collect()).unwrap_or_default()
+    }
+
+    /// A warning line for each tool left out, for the command to show before the run.
+    pub fn warnings(&self) -> Vec<String> {
+        self.refused().iter().map(|e| format!("{e}; it is left out, the server's other tools are offered")).collect()
     }
 
     /// A fresh registry of `others` followed by every MCP tool. A name taken twice is refused here.
@@ -188,10 +212,15 @@ impl McpTools {
             if !server.tools_changed() {
                 continue;
             }
-            let tools = server_tools(server).await?;
+            let listed = list_server_tools(server).await?;
             if let Ok(mut all) = self.tools.lock() {
                 if let Some(slot) = all.get_mut(i) {
-                    *slot = tools;
+                    *slot = listed.tools;
+                }
+            }
+            if let Ok(mut all) = self.refused.lock() {
+                if let Some(slot) = all.get_mut(i) {
+                    *slot = listed.refused;
                 }
             }
             refreshed = true;
@@ -267,19 +296,32 @@ impl ToolSource for McpToolSource {
 
 type StartError = (Option<Arc<McpServer>>, McpError);
 
-async fn start_one(config: ServerConfig) -> Result<(Arc<McpServer>, Vec<Arc<dyn Tool>>), StartError> {
+async fn start_one(config: ServerConfig) -> Result<(Arc<McpServer>, ServerTools), StartError> {
     let server = Arc::new(McpServer::connect(config).await.map_err(|e| (None, e))?);
-    match server_tools(&server).await {
-        Ok(tools) => Ok((server, tools)),
+    match list_server_tools(&server).await {
+        Ok(listed) => Ok((server, listed)),
         Err(e) => Err((Some(server), e)),
     }
 }
 
-/// Every tool `server` gives the model: its own tools (listed now), then its resource tools
-/// ([`crate::resources::resource_tools`]) when it offers resources.
+/// What a server gives the model, and the tools of it left out.
+pub struct ServerTools {
+    /// Its own tools (those Reins could take), then its resource tools.
+    pub tools: Vec<Arc<dyn Tool>>,
+    /// The tools it listed that were left out, and why ([`make_tools`]).
+    pub refused: Vec<McpError>,
+}
+
+/// Every tool `server` gives the model: its own tools (listed now; the malformed ones left out), then its
+/// resource tools ([`crate::resources::resource_tools`]) when it offers resources.
 pub async fn server_tools(server: &Arc<McpServer>) -> Result<Vec<Arc<dyn Tool>>, McpError> {
-    let mut tools = make_tools(server, server.list_tools().await?)?;
+    Ok(list_server_tools(server).await?.tools)
+}
+
+/// [`server_tools`], with the tools left out and why.
+pub async fn list_server_tools(server: &Arc<McpServer>) -> Result<ServerTools, McpError> {
+    let (mut tools, refused) = make_tools(server, server.list_tools().await?);
     let taken: Vec<String> = tools.iter().map(|t| t.spec().name.clone()).collect();
     tools.extend(crate::resources::resource_tools(server, &taken));
-    Ok(tools)
+    Ok(ServerTools { tools, refused })
 }

@@ -1110,3 +1110,25 @@ fn progress_is_a_bar_on_a_terminal_and_plain_lines_otherwise() {
         "{err}"
     );
 }
+
+#[test]
+fn a_case_with_two_verifiers_runs_each_with_its_own_directories() {
+    let dir = Dir::new("eval-two-verifiers");
+    script(&dir, "ok.json", answer("ok"));
+    agent(&dir, "a.toml", "ok.json");
+    // The first writes a reward file; the second has none of its own, so its exit code (1) is its score.
+    let suite = dir.file(
+        "suite.toml",
+        "agent = \"a.toml\"\n[[cases]]\nid = \"two\"\nprompt = \"p\"\n[[cases.checks]]\nkind = \"verifier\"\ncommand = [\"sh\", \"-c\", \"echo 1 > \\\"$REINS_EVAL_LOGS/reward.txt\\\"\"]\n[[cases.checks]]\nkind = \"verifier\"\ncommand = [\"sh\", \"-c\", \"exit 1\"]\n",
+    );
+    let o = eval(&dir, &["run", suite.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(20), "{}", stderr(&o));
+    let id = json_of(&o)["id"].as_str().unwrap().to_owned();
+    for id in [id.clone(), json_of(&eval(&dir, &["rescore", &id, "--json"]))["id"].as_str().unwrap().to_owned()] {
+        let a = &attempts(&dir, &id)[0];
+        assert!(a["infra"].is_null(), "{a}");
+        let reasons: Vec<String> = checks_of(a).into_iter().map(|c| c.2).collect();
+        assert_eq!(reasons, ["verifier reward 1", "verifier exit 1"], "{a}");
+        assert_eq!(a["score"], 0.5);
+    }
+}

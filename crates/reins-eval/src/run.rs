@@ -548,14 +548,21 @@ pub(crate) async fn verify(
     root: &Path,
     case: &str,
 ) -> Result<CheckResult, String> {
-    let vdir = root.join("verifier");
+    // Each verifier of a case its own directories beside the workspace (`verifier` and `logs`, then `verifier-2`
+    // and `logs-2`, ...): a case may have several.
+    let (vdir, logs) = (1..=u32::MAX)
+        .map(|n| match n {
+            1 => (root.join("verifier"), root.join("logs")),
+            n => (root.join(format!("verifier-{n}")), root.join(format!("logs-{n}"))),
+        })
+        .find(|(v, l)| !v.exists() && !l.exists())
+        .ok_or("no name is left for the verifier's directory")?;
     match &v.files {
         Some(files) => {
             copy_dir(files, &vdir).map_err(|e| format!("cannot copy the verifier's files {}: {e}", files.display()))?
         }
         None => std::fs::create_dir(&vdir).map_err(|e| format!("cannot make the verifier's directory: {e}"))?,
     }
-    let logs = root.join("logs");
     std::fs::create_dir(&logs).map_err(|e| format!("cannot make the verifier's log directory: {e}"))?;
     if v.harbor {
         crate::harbor::rewrite_paths(&vdir, &vdir, &logs, workspace)

@@ -73,7 +73,7 @@ pub async fn mcp(args: McpArgs) -> Result<u8, CliError> {
         McpCommand::List(list) => mcp_list(list).await,
         McpCommand::Serve(serve) => crate::mcp_serve::serve(serve).await,
         McpCommand::Login(login) => crate::mcp_login::login(login).await,
-        McpCommand::Logout(logout) => crate::mcp_login::logout(&logout),
+        McpCommand::Logout(logout) => crate::mcp_login::logout(&logout).await,
     }
 }
 

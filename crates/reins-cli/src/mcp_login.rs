@@ -131,15 +131,21 @@ fn open_browser(url: &str) {
     }
 }
 
-/// `reins mcp logout NAME`.
-pub fn logout(args: &McpLogoutArgs) -> Result<u8, CliError> {
+/// `reins mcp logout NAME`: the tokens revoked when the authorization server offers it, the file removed.
+pub async fn logout(args: &McpLogoutArgs) -> Result<u8, CliError> {
+    use reins_mcp::auth::LoggedOut;
     reins_mcp::check_server_name(&args.name).map_err(|e| usage(e.to_string()))?;
-    match reins_mcp::auth::logout(&args.name) {
-        Ok(true) => {
+    match reins_mcp::auth::logout(&args.name).await {
+        Ok(LoggedOut::Revoked) => {
+            outln!("Logged out of MCP server {:?}: its tokens were revoked and removed", args.name);
+            Ok(0)
+        }
+        Ok(LoggedOut::NotRevoked(why)) => {
+            errln!("reins: warning: the tokens of MCP server {:?} were not revoked: {why}", args.name);
             outln!("Logged out of MCP server {:?}: its tokens were removed", args.name);
             Ok(0)
         }
-        Ok(false) => {
+        Ok(LoggedOut::NoLogin) => {
             errln!("reins: MCP server {:?} had no login", args.name);
             Ok(1)
         }

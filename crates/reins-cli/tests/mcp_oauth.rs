@@ -46,6 +46,8 @@ fn node_modules() -> PathBuf {
 struct Fixture {
     child: Child,
     mcp: String,
+    /// The authorization server (oidc-provider: its token endpoint is `ISSUER/token`).
+    issuer: String,
     log: PathBuf,
     /// Its stdout, kept open: a write to a closed pipe would kill it.
     _stdout: BufReader<std::process::ChildStdout>,
@@ -69,7 +71,8 @@ impl Fixture {
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         stdout.read_line(&mut line).unwrap();
         let started: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("fixture said {line:?}: {e}"));
-        Fixture { child, mcp: started["mcp"].as_str().unwrap().to_owned(), log, _stdout: stdout }
+        let issuer = started["issuer"].as_str().unwrap().to_owned();
+        Fixture { child, mcp: started["mcp"].as_str().unwrap().to_owned(), issuer, log, _stdout: stdout }
     }
 
     /// The requests the MCP server saw: {method, rpc, status, jti}.
@@ -228,10 +231,27 @@ async fn a_login_gives_runs_a_token_that_no_session_event_span_or_output_holds()
     }
     assert!(fx.requests().iter().any(|r| r["rpc"] == "tools/call" && r["status"] == 200));
 
-    // Logging out removes the file; a second logout says there was nothing.
+    // Logging out revokes the tokens at the authorization server (RFC 7009) and removes the file: the refresh
+    // token it held no longer gets a token. A second logout says there was nothing.
+    let (_, refresh) = tokens(&data);
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(token_file(&data)).unwrap()).unwrap();
+    let client_id = saved["credentials"]["client_id"].as_str().unwrap().to_owned();
     let out = reins_in(&data).args(["mcp", "logout", "web"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("its tokens were revoked and removed"), "{}", text(&out));
     assert!(!token_file(&data).exists());
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let refreshed = reqwest::Client::new()
+        .post(format!("{}/token", fx.issuer))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(format!("grant_type=refresh_token&refresh_token={refresh}&client_id={client_id}"))
+        .send()
+        .await
+        .unwrap();
+    let status = refreshed.status().as_u16();
+    let body = refreshed.text().await.unwrap();
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("invalid_grant"), "{body}");
     let out = reins_in(&data).args(["mcp", "logout", "web"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
 }

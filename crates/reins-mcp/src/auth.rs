@@ -316,16 +316,110 @@ fn oauth_err(server: &str, e: &AuthError) -> LoginError {
     LoginError::OAuth { server: server.to_owned(), reason: e.to_string() }
 }
 
-/// Forgets the login of the server named `server`: its token file is removed. False when there was none.
-pub fn logout(server: &str) -> Result<bool, LoginError> {
+/// What [`logout`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LoggedOut {
+    /// There was no login.
+    NoLogin,
+    /// The tokens were revoked at the authorization server (RFC 7009) and the token file removed.
+    Revoked,
+    /// The token file was removed, but the tokens could not be revoked: why (no revocation endpoint, the
+    /// server unreachable, the revocation refused).
+    NotRevoked(String),
+}
+
+/// Forgets the login of the server named `server`: its tokens are revoked at the authorization server when
+/// its metadata names a revocation endpoint (RFC 7009: the refresh token, then the access token), then its
+/// token file is removed, whether or not they could be.
+pub async fn logout(server: &str) -> Result<LoggedOut, LoginError> {
     let path = token_path(server)?;
-    let removed = match std::fs::remove_file(&path) {
-        Ok(()) => true,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-        Err(e) => return Err(file_err(&path, &e)),
+    let Some(saved) = read_saved(&path)? else {
+        let _ = std::fs::remove_file(path.with_extension("lock"));
+        return Ok(LoggedOut::NoLogin);
     };
+    install_crypto();
+    let revoked = revoke(&saved).await;
+    match std::fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(file_err(&path, &e)),
+    }
     let _ = std::fs::remove_file(path.with_extension("lock"));
-    Ok(removed)
+    Ok(match revoked {
+        Ok(()) => LoggedOut::Revoked,
+        Err(why) => LoggedOut::NotRevoked(why),
+    })
+}
+
+/// One value of an `application/x-www-form-urlencoded` body.
+fn form_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            b' ' => "+".to_owned(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `application/x-www-form-urlencoded` of `pairs`.
+fn form(pairs: &[(&str, &str)]) -> String {
+    pairs.iter().map(|(k, v)| format!("{}={}", form_encode(k), form_encode(v))).collect::<Vec<_>>().join("&")
+}
+
+/// Revokes the tokens of `saved` at the revocation endpoint of its server's authorization server (discovered
+/// as the login discovers it), authenticated as the login's client: its secret by HTTP Basic, else its
+/// `client_id` in the form. No redirect is followed.
+async fn revoke(saved: &Saved) -> Result<(), String> {
+    let challenge = probe_challenge(&saved.url).await;
+    let manager = AuthorizationManager::new(saved.url.as_str()).await.map_err(|e| e.to_string())?;
+    let resolution = manager
+        .resolve_metadata_from_challenge(challenge.as_deref())
+        .await
+        .map_err(|e| format!("its authorization server could not be found: {e}"))?;
+    let endpoint = match resolution.metadata.additional_fields.get("revocation_endpoint") {
+        Some(serde_json::Value::String(e))
+            if resolution.source != AuthorizationMetadataSource::LegacyEndpointFallback =>
+        {
+            e.clone()
+        }
+        _ => return Err("its authorization server offers no revocation endpoint".to_owned()),
+    };
+    let tokens = serde_json::to_value(&saved.credentials.token_response).unwrap_or_default();
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(30))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let client_id = saved.credentials.client_id.as_str();
+    for hint in ["refresh_token", "access_token"] {
+        let Some(token) = tokens.get(hint).and_then(serde_json::Value::as_str) else { continue };
+        let mut pairs = vec![("token", token), ("token_type_hint", hint)];
+        let mut request = client.post(&endpoint).header("Content-Type", "application/x-www-form-urlencoded");
+        match &saved.client_secret {
+            // Form-encoded first (RFC 6749, 2.3.1).
+            Some(secret) => request = request.basic_auth(form_encode(client_id), Some(form_encode(secret))),
+            None => pairs.push(("client_id", client_id)),
+        }
+        let response = request.body(form(&pairs)).send().await.map_err(|e| {
+            format!("the revocation endpoint could not be reached: {}", crate::server::plain(&e.to_string()))
+        })?;
+        let status = response.status();
+        if status.is_success() {
+            continue;
+        }
+        let body = response.text().await.unwrap_or_default();
+        let error = serde_json::from_str::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v.get("error").and_then(serde_json::Value::as_str).map(str::to_owned));
+        // A server may revoke only refresh tokens (RFC 7009, 2.2.1): an access token then lapses by itself.
+        if hint == "access_token" && error.as_deref() == Some("unsupported_token_type") {
+            continue;
+        }
+        let error = error.map(|e| format!(" ({})", e.chars().take(100).collect::<String>())).unwrap_or_default();
+        return Err(format!("the revocation endpoint answered {status}{error} for the {}", hint.replace('_', " ")));
+    }
+    Ok(())
 }
 
 /// True when a login is stored for `config` (its name and its URL).

@@ -295,7 +295,14 @@ impl AgentDef {
         let env = self.api_key_env().or_else(|| self.model.is_none().then(|| api.key_env().to_owned()));
         let key = env.and_then(|e| reins_providers::env_key(&e));
         let userinfo = p.base_url.as_deref().map(reins::Secrets::url_userinfo).unwrap_or_default();
-        reins::Secrets::new(key.into_iter().chain(p.headers.values().cloned()).chain(userinfo))
+        // Bedrock signs with the AWS secret key and session token (or sends a Bedrock API key): each is a secret.
+        let aws = match api {
+            reins_providers::Api::Bedrock => {
+                reins_providers::bedrock::SECRET_ENV.iter().filter_map(|e| reins_providers::env_key(e)).collect()
+            }
+            _ => Vec::new(),
+        };
+        reins::Secrets::new(key.into_iter().chain(p.headers.values().cloned()).chain(userinfo).chain(aws))
     }
 
     /// The tools other than MCP servers': the test tools, and the file tools and command presets of the workspace.

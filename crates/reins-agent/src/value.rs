@@ -268,7 +268,7 @@ impl FromStr for ModelSpec {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let hint = "expected PROVIDER:NAME: script:FILE, openai:MODEL, openai-chat:MODEL, anthropic:MODEL, \
-                    gemini:MODEL or a provider by name (ollama, lmstudio, llamacpp, vllm, openrouter, groq, together, \
+                    gemini:MODEL, bedrock:MODEL_ID or a provider by name (ollama, lmstudio, llamacpp, vllm, openrouter, groq, together, \
                     deepseek, mistral, xai, azure)";
         let Some((prefix, rest)) = s.split_once(':') else {
             return Err(format!("{hint}, not {s:?}"));
@@ -285,7 +285,7 @@ impl FromStr for ModelSpec {
             },
             // Other servers that speak OpenAI's Chat Completions are reached through `openai-chat:` with their base
             // URL: say so rather than leave a user guessing.
-            "google" | "bedrock" | "llama" | "llama.cpp" | "lm-studio" => Err(format!(
+            "google" | "llama" | "llama.cpp" | "lm-studio" => Err(format!(
                 "{prefix:?} is not a provider of its own: reach it through its OpenAI-compatible endpoint with \
                  openai-chat:{rest} and [provider] base_url (or --base-url); {hint}"
             )),

@@ -53,3 +53,20 @@ fn under_a_cost_limit_every_model_of_the_list_needs_a_price() {
     assert!(e.starts_with("model: the model \"openai:no-such-model-priced\" has no known price"), "{e}");
     assert_eq!(build("[\"openai:gpt-4.1-mini\", \"openai:gpt-4.1\"]"), None);
 }
+
+#[test]
+fn bedrock_models_build_in_a_list_and_price_by_their_claude_name() {
+    // PATH stands in for the Bedrock API key (a bearer); the base URL names the region.
+    let base = "[provider]\napi_key_env = \"PATH\"\nbase_url = \"https://bedrock-runtime.eu-west-3.amazonaws.com\"\n\
+                [limits]\nmax_cost_usd = 1.0\n";
+    let build = |models: &str| {
+        let def = parse(&format!("model = {models}\n{base}")).unwrap();
+        def.parts_with(None).err().map(|e| e.to_string())
+    };
+    let claude = "[\"bedrock:eu.anthropic.claude-sonnet-4-5-20250929-v1:0\", \"bedrock:anthropic.claude-haiku-4-5-20251001-v1:0\"]";
+    assert_eq!(build(claude), None);
+    let e =
+        build("[\"bedrock:eu.anthropic.claude-sonnet-4-5-20250929-v1:0\", \"bedrock:meta.llama3-70b-instruct-v1:0\"]")
+            .expect("refused");
+    assert!(e.contains("\"bedrock:meta.llama3-70b-instruct-v1:0\" has no known price"), "{e}");
+}

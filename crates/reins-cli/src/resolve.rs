@@ -249,12 +249,13 @@ fn leave_other_api(
             *p = kept;
         }
     } else {
-        let budgets =
-            matches!(after, ModelKind::Provider(reins_providers::Api::Anthropic | reins_providers::Api::Gemini));
+        use reins_providers::Api;
+        let budgets = matches!(after, ModelKind::Provider(Api::Anthropic | Api::Gemini | Api::Bedrock));
         if !budgets && p.thinking_budget.take().is_some() {
             dropped.push("provider.thinking_budget".to_owned());
         }
-        if after == ModelKind::Provider(reins_providers::Api::Anthropic) && p.reasoning_effort.take().is_some() {
+        let thinks_by_budget = matches!(after, ModelKind::Provider(Api::Anthropic | Api::Bedrock));
+        if thinks_by_budget && p.reasoning_effort.take().is_some() {
             dropped.push("provider.reasoning_effort".to_owned());
         }
     }

@@ -37,7 +37,7 @@ fn echoing_gateway() -> String {
                     let k = k.trim().to_ascii_lowercase();
                     if k == "content-length" {
                         length = v.trim().parse().unwrap_or(0);
-                    } else if k == "authorization" || k == "x-gateway" {
+                    } else if k == "authorization" || k == "x-gateway" || k == "x-amz-security-token" {
                         sent.push(format!("{k}: {}", v.trim()));
                     }
                 }
@@ -55,6 +55,31 @@ fn echoing_gateway() -> String {
         }
     });
     format!("127.0.0.1:{}", addr.port())
+}
+
+/// Bedrock's credentials are secrets too: a server that echoes the session token (sent as
+/// `x-amz-security-token`, signed with SigV4) gets it masked in what Reins shows; the secret key itself is never sent.
+#[test]
+fn bedrock_aws_credentials_echoed_by_a_server_are_masked() {
+    const TOKEN: &str = "aws-session-token-secret-4242";
+    let gateway = echoing_gateway();
+    let out = reins()
+        .args(["run", "--json", "--no-store", "--model", "bedrock:eu.anthropic.claude-sonnet-4-5-20250929-v1:0"])
+        .args(["--base-url", &format!("http://{gateway}"), "hello"])
+        .env_remove("AWS_BEARER_TOKEN_BEDROCK")
+        .env("AWS_ACCESS_KEY_ID", "AKIDREINSTEST0000000")
+        .env("AWS_SECRET_ACCESS_KEY", "aws-secret-key-secret-4242")
+        .env("AWS_SESSION_TOKEN", TOKEN)
+        .env("AWS_REGION", "eu-west-3")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(8), "model_error: {stdout}\n{stderr}");
+    assert!(stdout.contains("x-amz-security-token: <redacted>"), "{stdout}");
+    assert!(stdout.contains("authorization: AWS4-HMAC-SHA256 Credential=AKIDREINSTEST0000000/"), "{stdout}");
+    for secret in [TOKEN, "aws-secret-key-secret-4242"] {
+        assert!(!format!("{stdout}{stderr}").contains(secret), "{secret} shown:\n{stdout}\n{stderr}");
+    }
 }
 
 fn text(out: &Output) -> (String, String) {

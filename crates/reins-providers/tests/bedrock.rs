@@ -19,7 +19,7 @@ use reins::{
     Agent, Conversation, FinishReason, FnTool, Image, Limits, Message, Model, ModelError, ModelRequest, Outcome,
     Registry, Status, ToolOutput,
 };
-use reins_providers::{AwsCredentials, Provider, RetryPolicy, named_provider};
+use reins_providers::{AwsCredentials, FallbackModel, Provider, RetryPolicy, named_provider};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -47,8 +47,15 @@ impl Drop for Fake {
 
 impl Fake {
     fn start(bearer: Option<&str>) -> Fake {
+        Fake::start_with(bearer, None)
+    }
+
+    /// A fake that answers every request with `fail` (`TYPE:STATUS`) when given.
+    fn start_with(bearer: Option<&str>, fail: Option<&str>) -> Fake {
         let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bedrock/fake_bedrock.py");
-        let mut cmd = Command::new(sdk_python());
+        // The Python is checked once (importing the SDKs takes seconds).
+        static PYTHON: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+        let mut cmd = Command::new(PYTHON.get_or_init(sdk_python));
         cmd.arg(script)
             .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY, "--session-token", SESSION_TOKEN])
             .args(["--region", REGION])
@@ -59,6 +66,9 @@ impl Fake {
             .stdout(Stdio::piped());
         if let Some(b) = bearer {
             cmd.args(["--bearer", b]);
+        }
+        if let Some(f) = fail {
+            cmd.args(["--fail", f]);
         }
         let mut child = cmd.spawn().expect("start the fake Bedrock");
         let stdin = child.stdin.take().unwrap();
@@ -390,4 +400,38 @@ fn a_missing_key_or_region_is_said() {
         "https://bedrock-runtime.ap-south-1.amazonaws.com/model/eu.anthropic.claude-sonnet-4-5-20250929-v1%3A0/converse-stream"
     );
     assert_eq!(reins::Model::identity(&p).provider.as_deref(), Some("aws.bedrock"));
+}
+
+/// `bedrock:` in a list of models: a Bedrock model whose service is unavailable (503 after its own retries) falls
+/// over to the next, and the step is named and priced as the one that answered; a ValidationException does not
+/// fall over.
+#[tokio::test]
+async fn a_bedrock_model_falls_over_on_503_and_not_on_a_validation_error() {
+    let ok = Fake::start(None);
+    for (fail, falls) in [("ServiceUnavailableException:503", true), ("ValidationException:400", false)] {
+        let failing = Fake::start_with(None, Some(fail));
+        let first = bedrock(&failing, true).build().unwrap();
+        let second = named_provider("bedrock")
+            .unwrap()
+            .builder("us.anthropic.claude-haiku-4-5-20251001-v1:0")
+            .base_url(&ok.url)
+            .aws_credentials(credentials())
+            .aws_region(REGION)
+            .retry(no_retry())
+            .build()
+            .unwrap();
+        let models: Vec<std::sync::Arc<dyn Model>> = vec![std::sync::Arc::new(first), std::sync::Arc::new(second)];
+        let names = vec![format!("bedrock:{MODEL}"), "bedrock:us.anthropic.claude-haiku-4-5-20251001-v1:0".into()];
+        let model = FallbackModel::new(models, Duration::from_secs(60)).named(names);
+        let r = model.generate(&ask("hi"), &CancellationToken::new()).await;
+        assert_eq!(failing.log().await.len(), 1, "{fail}: asked once (no retries here)");
+        if falls {
+            let r = r.unwrap();
+            assert_eq!(r.text, "hello");
+            let by = r.answered_by.expect("the second answered");
+            assert!(format!("{by:?}").contains("claude-haiku-4-5"), "{by:?}");
+        } else {
+            assert!(matches!(r.unwrap_err(), ModelError::Rejected { status: 400, .. }), "{fail}");
+        }
+    }
 }

@@ -1,6 +1,7 @@
 """A fake Amazon Bedrock runtime (Converse and ConverseStream) on 127.0.0.1 for the reins-providers tests.
 
 Usage: python fake_bedrock.py --access-key AK --secret-key SK [--session-token T] [--region R] [--bearer TOKEN]
+       [--fail TYPE:STATUS]
 
 Prints the port it listens on as its first line, then serves until killed (or its stdin closes). It behaves as the
 API does, as strictly as the tests need:
@@ -19,7 +20,7 @@ API does, as strictly as the tests need:
 The first user text picks the behaviour: `echo N times` runs a tool loop of N turns (each calling `echo`, two calls
 on even turns) then answers `done after N turns`; `stop:REASON` answers with that stop reason and usage with cache
 reads and writes; `error:TYPE:STATUS` answers HTTP STATUS with `x-amzn-ErrorType: TYPE`; `streamerror:TYPE` streams a
-start then a `TYPE` exception frame; anything else is answered `hello`.
+start then a `TYPE` exception frame (--fail answers every request as `error:` would); anything else is answered `hello`.
 `GET /_log` answers every exchange so far: path, auth kind, request and response bodies, and contract failures.
 """
 
@@ -270,6 +271,8 @@ class Handler(BaseHTTPRequestHandler):
                 entry["contract"].append(e.message)
                 raise
             first = user_text(body["messages"])
+            if ARGS.fail:
+                first = "error:%s:%s" % tuple(ARGS.fail.split(":"))
             if first.startswith("error:"):
                 _, kind, status = first.split(":")
                 raise Refused(int(status), kind, "the fake was asked for a %s" % kind)
@@ -312,6 +315,7 @@ def main():
     p.add_argument("--session-token")
     p.add_argument("--region", default="us-east-1")
     p.add_argument("--bearer")
+    p.add_argument("--fail", help="TYPE:STATUS: answer every request with this error")
     ARGS = p.parse_args()
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     print(server.server_address[1], flush=True)

@@ -939,12 +939,13 @@ fn rescore_calls_no_model_and_runs_the_verifier_again_on_the_workspace_replay_re
         "[[cases]]\nid = \"case-0\"\nprompt = \"p\"\nworkspace = \"fixture\"\n[[cases.checks]]\nkind = \"verifier\"\ncommand = [\"sh\", \"-c\", \"if [ \\\"$(cat mark.txt)\\\" = x ]; then echo 0.5; else echo 0; fi > \\\"$REINS_EVAL_LOGS/reward.txt\\\"\"]\nthreshold = 0.5\n[[cases]]\nid = \"case-1\"\nprompt = \"p\"\n[[cases.checks]]\nkind = \"verifier\"\ncommand = [\"sh\", \"-c\", \"test -f seed.txt\"]\n",
     );
     let (code, s, err) = rescore(&["--checks", checks.to_str().unwrap()], &old);
-    assert_eq!(code, Some(20), "{err}");
+    assert_eq!(code, Some(0), "{err}");
     let cases = &s["agents"][0]["cases"];
     assert_eq!(cases[0]["mean"], 0.5, "{s}");
     assert_eq!(cases[0]["passed"], true, "{s}");
-    // case-1 of these checks has no fixture: its rebuilt workspace has no seed.txt.
-    assert_eq!(cases[1]["passed"], false, "{s}");
+    // case-1 of these checks names no fixture: its workspace is rebuilt from the fixture it ran in (the eval's
+    // suite's), which has seed.txt.
+    assert_eq!(cases[1]["passed"], true, "{s}");
     let new = s["id"].as_str().unwrap();
     let reason = attempts(&dir, new)[0]["checks"][0]["reason"].as_str().unwrap().to_owned();
     assert_eq!(reason, "verifier reward 0.5");

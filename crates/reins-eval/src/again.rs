@@ -50,11 +50,23 @@ pub async fn rescore_eval(
         rescored_from: Some(meta.id.clone()),
         ..meta.clone()
     };
+    // The fixtures the attempts started from are those of the suite the eval ran (as it is now), whatever suite
+    // gives the checks; `checks`' own when that suite cannot be read any more.
+    let ran = match checks {
+        Some(_) => Suite::load(Path::new(&meta.suite)).ok(),
+        None => None,
+    };
     let out = EvalDir::create(root, &new)?;
     let mut done = Rescored::default();
     for a in attempts {
         let a = match suite.cases.iter().find(|c| c.id == a.case) {
-            Some(case) => rescore_attempt(a, case, store, &mut done).await,
+            Some(case) => {
+                let fixture = match &ran {
+                    Some(s) => s.cases.iter().find(|c| c.id == a.case).and_then(|c| c.workspace.as_deref()),
+                    None => case.workspace.as_deref(),
+                };
+                rescore_attempt(a, case, fixture, store, &mut done).await
+            }
             // A case the suite no longer has: kept as recorded.
             None => a,
         };
@@ -63,8 +75,15 @@ pub async fn rescore_eval(
     Ok((out, new, done))
 }
 
-/// `a` scored again by `case`'s checks. An attempt that never ran (no session, nothing observed) is kept as it was.
-async fn rescore_attempt(mut a: Attempt, case: &Case, store: &reins_store::Store, done: &mut Rescored) -> Attempt {
+/// `a` scored again by `case`'s checks, a verifier on its workspace rebuilt from `fixture`. An attempt that never
+/// ran (nothing observed) is kept as it was.
+async fn rescore_attempt(
+    mut a: Attempt,
+    case: &Case,
+    fixture: Option<&Path>,
+    store: &reins_store::Store,
+    done: &mut Rescored,
+) -> Attempt {
     let Some(seen) = a.observed.clone() else { return a };
     a.infra = None;
     let needs_workspace = case.checks.iter().any(|c| matches!(c.kind, Kind::Verifier(_)));
@@ -73,7 +92,7 @@ async fn rescore_attempt(mut a: Attempt, case: &Case, store: &reins_store::Store
             return infra(a, "rescore: the workspace could not be rebuilt: no session was recorded".into(), done);
         };
         done.rebuilt += 1;
-        match rebuild(store, &session, case.workspace.as_deref()).await {
+        match rebuild(store, &session, fixture).await {
             Ok(r) => match &r.divergence {
                 None => Some(r),
                 Some(d) => {

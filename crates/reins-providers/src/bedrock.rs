@@ -744,6 +744,40 @@ mod tests {
         assert_eq!(arn.path(), "/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A1%3Ainference-profile%2Fx/converse");
     }
 
+    fn frame(headers: &[(&'static str, &'static str)], payload: &str) -> Vec<u8> {
+        use aws_smithy_types::event_stream::{Header, HeaderValue, Message};
+        let headers = headers.iter().map(|(k, v)| Header::new(*k, HeaderValue::String((*v).into()))).collect();
+        let mut out = Vec::new();
+        let message = Message::new_from_parts(headers, payload.to_owned());
+        aws_smithy_eventstream::frame::write_message_to(&message, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn frames_are_decoded_in_any_chunking_and_a_bad_crc_is_refused() {
+        let mut bytes =
+            frame(&[(":message-type", "event"), (":event-type", "contentBlockDelta")], r#"{"delta":{"text":"hi"}}"#);
+        bytes.extend(frame(
+            &[(":message-type", "exception"), (":exception-type", "throttlingException")],
+            r#"{"message":"slow down"}"#,
+        ));
+        let (mut frames, mut out) = (Frames::default(), Vec::new());
+        for b in &bytes {
+            frames.push(std::slice::from_ref(b), &mut out).unwrap();
+        }
+        assert_eq!(out[0], SseEvent { event: "contentBlockDelta".into(), data: r#"{"delta":{"text":"hi"}}"#.into() });
+        assert_eq!(out[1].event, "!throttlingException");
+        let mut stream = Stream::default();
+        assert!(stream.on_event(&out[1], &mut Emit::new(None)).unwrap_err().retryable());
+        // One payload byte changed: the message CRC no longer matches.
+        let mut broken =
+            frame(&[(":message-type", "event"), (":event-type", "messageStop")], r#"{"stopReason":"end_turn"}"#);
+        let n = broken.len() - 8;
+        broken[n] ^= 1;
+        let e = Frames::default().push(&broken, &mut Vec::new()).unwrap_err();
+        assert!(e.message.contains("broken event-stream frame") && e.kind == FailKind::Malformed, "{e:?}");
+    }
+
     #[test]
     fn stop_reasons_and_errors_are_classified() {
         assert_eq!(stop_reason("tool_use"), FinishReason::ToolCalls);

@@ -435,3 +435,29 @@ async fn a_bedrock_model_falls_over_on_503_and_not_on_a_validation_error() {
         }
     }
 }
+
+/// The fake's contract check refuses what botocore's shapes refuse, so the checks above could fail: an unknown
+/// field, a wrong type, a tool without its required input schema.
+#[tokio::test]
+async fn the_contract_check_refuses_bodies_botocore_refuses() {
+    let fake = Fake::start(None);
+    let bad = [
+        ("bogusField", json!(1)),
+        ("inferenceConfig", json!({"maxTokens": "many"})),
+        ("toolConfig", json!({"tools": [{"toolSpec": {"name": "t"}}]})),
+    ];
+    for (field, value) in bad {
+        let mut extra = serde_json::Map::new();
+        extra.insert(field.into(), value);
+        let p = bedrock(&fake, false).extra_body(extra).build().unwrap();
+        let e = p.generate(&ask("hi"), &CancellationToken::new()).await.unwrap_err();
+        assert!(
+            matches!(&e, ModelError::Rejected { status: 400, message }
+                if message.contains("ValidationException") && message.contains("does not match ConverseRequest")),
+            "{field}: {e:?}"
+        );
+    }
+    let log = fake.log().await;
+    assert_eq!(log.len(), 3);
+    assert!(log.iter().all(|e| e["contract"].as_array().is_some_and(|c| c.len() == 1)), "{log:?}");
+}

@@ -2,7 +2,9 @@
 //! appends the server URL and names the scenario in `MCP_CONFORMANCE_SCENARIO`). It connects with reins-mcp;
 //! when the server wants a login it runs `reins_mcp::auth::login` — the suite's authorization endpoint redirects at
 //! once, so this plays the browser by following that one redirect to the loopback — then connects again, lists
-//! the tools and calls each. Token files go beneath `$XDG_DATA_HOME` (give it a scratch directory:
+//! the tools and calls each. A call refused for want of access (403 `insufficient_scope`) is what
+//! `reins mcp login NAME --scope SCOPE` answers: this logs in again for that scope (the login keeps the scopes
+//! granted before), connects again and calls again. Token files go beneath `$XDG_DATA_HOME` (give it a scratch directory:
 //! `--command "env XDG_DATA_HOME=/tmp/x target/debug/examples/conformance_auth_client"`). Exit 0 when every call
 //! was answered.
 
@@ -31,9 +33,26 @@ async fn main() -> std::process::ExitCode {
         options.client_id = context["client_id"].as_str().map(str::to_owned);
         options.client_secret = context["client_secret"].as_str().map(str::to_owned);
     }
-    for _ in 0..3 {
-        match McpServer::connect(config.clone()).await {
-            Ok(server) => return use_tools(&server).await,
+    for _ in 0..4 {
+        let connected = McpServer::connect(config.clone()).await;
+        if let Ok(server) = &connected {
+            match use_tools(server).await {
+                Used::Done(code) => return code,
+                Used::NeedsScope(scope) => options.scopes = vec![scope],
+                // Its login stopped being accepted (the authorization server changed): log in again.
+                Used::NeedsLogin => {}
+            }
+        }
+        match connected {
+            Ok(_) => {
+                let login = reins_mcp::auth::login(&config, &options, |url| {
+                    tokio::spawn(browse(url.to_owned()));
+                });
+                if let Err(e) = login.await {
+                    eprintln!("login again: {e}");
+                    return std::process::ExitCode::from(1);
+                }
+            }
             Err(McpError::LoginRequired { .. }) => {
                 let login = reins_mcp::auth::login(&config, &options, |url| {
                     tokio::spawn(browse(url.to_owned()));
@@ -52,14 +71,28 @@ async fn main() -> std::process::ExitCode {
     std::process::ExitCode::from(1)
 }
 
+/// What calling the tools came to.
+enum Used {
+    /// Every call was made: the exit code.
+    Done(std::process::ExitCode),
+    /// A call was refused for want of this scope.
+    NeedsScope(String),
+    /// The server no longer takes the login.
+    NeedsLogin,
+}
+
 /// Lists the tools and calls each with no arguments (`add_numbers` with two).
-async fn use_tools(server: &McpServer) -> std::process::ExitCode {
+async fn use_tools(server: &McpServer) -> Used {
     let cancel = CancellationToken::new();
     let tools = match server.list_tools().await {
         Ok(t) => t,
+        Err(McpError::LoginRequired { .. }) => {
+            server.shutdown().await;
+            return Used::NeedsLogin;
+        }
         Err(e) => {
             eprintln!("{e}");
-            return std::process::ExitCode::from(1);
+            return Used::Done(std::process::ExitCode::from(1));
         }
     };
     let mut ok = true;
@@ -67,11 +100,15 @@ async fn use_tools(server: &McpServer) -> std::process::ExitCode {
         let args = if tool.name == "add_numbers" { serde_json::json!({"a": 5, "b": 3}) } else { serde_json::json!({}) };
         if let Err(e) = server.call(&tool.name, args, &cancel).await {
             eprintln!("{}: {e}", tool.name);
+            if let Some(scope) = server.wanted_scope() {
+                server.shutdown().await;
+                return Used::NeedsScope(scope);
+            }
             ok = false;
         }
     }
     server.shutdown().await;
-    std::process::ExitCode::from(if ok { 0 } else { 1 })
+    Used::Done(std::process::ExitCode::from(if ok { 0 } else { 1 }))
 }
 
 /// The browser: opens the authorization URL and follows its redirects (the suite's answers at once) until the

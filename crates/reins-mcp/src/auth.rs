@@ -470,6 +470,49 @@ pub(crate) fn needs_login(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// The scope a server asked for when it refused a request for want of access (a 403 `insufficient_scope`
+/// challenge naming one), if that is what `e` (or an error it wraps) says.
+pub(crate) fn insufficient_scope(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut current = Some(e);
+    while let Some(e) = current {
+        if let Some(refused) = e.downcast_ref::<rmcp::transport::streamable_http_client::InsufficientScopeError>() {
+            return Some(refused.get_required_scope().unwrap_or_default().to_owned());
+        }
+        if let Some(AuthError::InsufficientScope { required_scope, .. }) = e.downcast_ref::<AuthError>() {
+            return Some(required_scope.clone());
+        }
+        current = e.source();
+    }
+    None
+}
+
+/// What to do about a server whose login grants too little: log in again for `scope` (the login keeps the
+/// scopes granted so far).
+pub(crate) fn scope_hint(server: &str, scope: &str) -> String {
+    format!(
+        "its login does not grant enough access (it asks for scope {scope:?}): run `reins mcp login {server} --scope {scope}`"
+    )
+}
+
+/// The scopes a login asks for: none named, none (the server's metadata chooses); else the scopes named after
+/// those the server's current login was granted (a login for more access keeps what it had: SEP-2350).
+fn scopes_to_ask(path: &Path, url: &str, named: &[String]) -> Vec<String> {
+    if named.is_empty() {
+        return Vec::new();
+    }
+    let granted = match read_saved(path) {
+        Ok(Some(saved)) if saved.url == url => saved.credentials.granted_scopes,
+        _ => Vec::new(),
+    };
+    let mut scopes: Vec<String> = Vec::with_capacity(granted.len() + named.len());
+    for scope in granted.into_iter().chain(named.iter().flat_map(|s| s.split_whitespace().map(str::to_owned))) {
+        if !scopes.contains(&scope) {
+            scopes.push(scope);
+        }
+    }
+    scopes
+}
+
 /// The one line that says what to do about a server that needs a login.
 pub fn login_hint(server: &str) -> String {
     format!("MCP server {server:?} needs a login: run `reins mcp login {server}`")
@@ -514,7 +557,7 @@ pub async fn login(
         .unwrap_or(false);
     manager.set_metadata(resolution.metadata);
 
-    let mut request = AuthorizationRequest::new(&redirect_uri).with_scopes(options.scopes.clone());
+    let mut request = AuthorizationRequest::new(&redirect_uri).with_scopes(scopes_to_ask(&path, url, &options.scopes));
     let mut client_secret = None;
     if let Some(id) = &options.client_id {
         request = request.with_preregistered_client(id);
@@ -550,31 +593,44 @@ pub async fn login(
     Ok(path)
 }
 
-/// The `WWW-Authenticate` challenge of the server to a request without a token (an `initialize`), if it sends
-/// one: it names the server's protected-resource metadata. No redirect is followed.
+/// The `WWW-Authenticate` challenge of the server to a request without a token, if it sends one: it names the
+/// server's protected-resource metadata and the scope it wants. Asked as Reins connects: a `server/discover`
+/// (2026-07-28) first, then an `initialize`. No redirect is followed.
 async fn probe_challenge(url: &str) -> Option<String> {
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(30))
         .build()
         .ok()?;
-    let body = serde_json::json!({
-        "jsonrpc": "2.0", "id": 0, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                   "clientInfo": {"name": "reins", "version": env!("CARGO_PKG_VERSION")}}
+    let client_info = serde_json::json!({"name": "reins", "version": env!("CARGO_PKG_VERSION")});
+    let discover = serde_json::json!({
+        "jsonrpc": "2.0", "id": 0, "method": "server/discover",
+        "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                             "io.modelcontextprotocol/clientInfo": client_info,
+                             "io.modelcontextprotocol/clientCapabilities": {}}}
     });
-    let response = client
-        .post(url)
-        .header("Accept", "application/json, text/event-stream")
-        .header("Content-Type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .ok()?;
-    if response.status() != reqwest::StatusCode::UNAUTHORIZED {
-        return None;
+    let initialize = serde_json::json!({
+        "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": client_info}
+    });
+    for (body, version) in [(discover, "2026-07-28"), (initialize, "2025-11-25")] {
+        let sent = client
+            .post(url)
+            .header("Accept", "application/json, text/event-stream")
+            .header("Content-Type", "application/json")
+            .header("MCP-Protocol-Version", version)
+            .body(body.to_string())
+            .send()
+            .await;
+        let Ok(response) = sent else { continue };
+        if response.status() != reqwest::StatusCode::UNAUTHORIZED {
+            continue;
+        }
+        if let Some(challenge) = response.headers().get(reqwest::header::WWW_AUTHENTICATE) {
+            return challenge.to_str().ok().map(str::to_owned);
+        }
     }
-    response.headers().get(reqwest::header::WWW_AUTHENTICATE)?.to_str().ok().map(str::to_owned)
+    None
 }
 
 /// The `error` (and `error_description`) of a redirect that carries one.
@@ -657,6 +713,26 @@ mod tests {
         assert_eq!(callback_error("http://127.0.0.1:1/callback?code=x&state=y"), None);
         let long = format!("http://127.0.0.1:1/callback?error={}", "e".repeat(1000));
         assert_eq!(callback_error(&long).map(|e| e.len()), Some(300));
+    }
+
+    #[test]
+    fn a_login_for_more_access_keeps_the_scopes_granted_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("web.json");
+        let url = "https://mcp.example.test/mcp";
+        let named = vec!["mcp:write".to_owned()];
+        // No login yet: the scope named alone; none named: the metadata chooses.
+        assert_eq!(scopes_to_ask(&path, url, &named), ["mcp:write"]);
+        assert!(scopes_to_ask(&path, url, &[]).is_empty());
+        let mut credentials = StoredCredentials::new("client".to_owned(), None, vec![], None);
+        credentials.granted_scopes = vec!["mcp:basic".to_owned(), "mcp:write".to_owned()];
+        let saved = Saved { url: url.to_owned(), client_secret: None, credentials };
+        std::fs::write(&path, serde_json::to_string(&saved).unwrap()).unwrap();
+        assert_eq!(scopes_to_ask(&path, url, &named), ["mcp:basic", "mcp:write"], "the union, granted first");
+        let more = vec!["mcp:admin extra".to_owned()];
+        assert_eq!(scopes_to_ask(&path, url, &more), ["mcp:basic", "mcp:write", "mcp:admin", "extra"]);
+        // Another server's login at this name grants nothing here.
+        assert_eq!(scopes_to_ask(&path, "https://other.test/mcp", &named), ["mcp:write"]);
     }
 
     #[test]

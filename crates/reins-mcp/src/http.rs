@@ -27,6 +27,8 @@ impl SseRetryPolicy for BoundedRetry {
 pub(crate) enum ConnectError {
     /// The server answered 401 and Reins has no login for it (or its login could not be refreshed).
     NeedsLogin,
+    /// The server answered 403 `insufficient_scope`: its login must be made again for this scope.
+    NeedsScope(String),
     /// Anything else, in plain words.
     Failed(String),
 }
@@ -96,6 +98,7 @@ pub(crate) async fn connect<H: rmcp::ClientHandler>(
     served.map_err(|e| match refused.lock().ok().and_then(|slot| slot.clone()) {
         Some(message) => ConnectError::Failed(message),
         None if e.is_authorization_required() => ConnectError::NeedsLogin,
+        None if let Some(scope) = crate::auth::insufficient_scope(&e) => ConnectError::NeedsScope(scope),
         None => ConnectError::Failed(crate::server::plain(&e.to_string())),
     })
 }

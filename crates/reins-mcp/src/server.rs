@@ -180,6 +180,9 @@ pub struct McpServer {
     spill: std::sync::OnceLock<crate::spill::Spill>,
     /// Its `env` values, header values and URL userinfo, masked in what it says.
     secrets: Arc<crate::auth::TokenSecrets>,
+    /// The scope the server last asked for when it refused a call for want of access (see
+    /// [`McpServer::wanted_scope`]).
+    wanted_scope: std::sync::Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for McpServer {
@@ -264,6 +267,10 @@ impl McpServer {
                     .map_err(|_| McpError::StartupTimeout { server: name.clone(), timeout, diagnosis: String::new() })?
                     .map_err(|e| match e {
                         crate::http::ConnectError::NeedsLogin => McpError::LoginRequired { server: name.clone() },
+                        crate::http::ConnectError::NeedsScope(scope) => McpError::Initialize {
+                            server: name.clone(),
+                            reason: crate::auth::scope_hint(&name, &scope),
+                        },
                         crate::http::ConnectError::Failed(reason) => {
                             McpError::Initialize { server: name.clone(), reason }
                         }
@@ -298,6 +305,7 @@ impl McpServer {
             spill: std::sync::OnceLock::new(),
             secrets,
             elicited,
+            wanted_scope: std::sync::Mutex::new(None),
         })
     }
 
@@ -314,6 +322,12 @@ impl McpServer {
             ToolOutput::Json(v) => ToolOutput::Text(format!("{}\n{notes}", crate::elicit::json_text(&v))),
             ToolOutput::Parts { text, images } => ToolOutput::Parts { text: format!("{text}\n{notes}"), images },
         }
+    }
+
+    /// The scope the server asked for the last time it refused a call because its login grants too little (a
+    /// 403 `insufficient_scope`): what `reins mcp login NAME --scope SCOPE` must add.
+    pub fn wanted_scope(&self) -> Option<String> {
+        self.wanted_scope.lock().ok().and_then(|w| w.clone())
     }
 
     /// The server's configured name.
@@ -397,6 +411,10 @@ impl McpServer {
         let listed = tokio::time::timeout(self.config.startup_timeout, self.peer.list_all_tools()).await;
         let tools = match listed {
             Ok(Ok(tools)) => tools,
+            // A 401 that one refresh of the login did not cure (its authorization server changed, say).
+            Ok(Err(e)) if crate::auth::needs_login(&e) => {
+                return Err(McpError::LoginRequired { server: self.name().to_owned() });
+            }
             Ok(Err(e)) => {
                 return Err(McpError::ListTools {
                     server: self.name().to_owned(),
@@ -487,6 +505,14 @@ impl McpServer {
                 // A 401 that one refresh of the login did not cure.
                 let why = if crate::auth::needs_login(&e) {
                     format!("it needs a login: run `reins mcp login {}`", self.name())
+                } else if let Some(scope) = crate::auth::insufficient_scope(&e) {
+                    // A 403 insufficient_scope: the login must be made again for more access (in a browser,
+                    // which a run does not open); the scopes granted so far are kept by that login.
+                    let why = crate::auth::scope_hint(self.name(), &scope);
+                    if let Ok(mut wanted) = self.wanted_scope.lock() {
+                        *wanted = Some(scope);
+                    }
+                    why
                 } else {
                     call_error(&e)
                 };

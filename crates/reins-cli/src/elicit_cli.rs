@@ -8,17 +8,28 @@ use async_trait::async_trait;
 use reins_mcp::elicit::{ElicitationRequest, Elicited, Elicitor};
 use serde_json::{Map, Value};
 
-use crate::terminal_approver::read_line;
+use crate::terminal_approver::Answers;
 
-/// Asks on standard error, reads standard input.
-pub struct TerminalElicitor;
+/// Asks on standard error and reads the answers from `answers`: standard input, or `reins chat`'s line
+/// editor.
+pub struct TerminalElicitor {
+    answers: Arc<dyn Answers>,
+}
+
+impl TerminalElicitor {
+    /// An elicitor whose answers are the lines of `answers`.
+    pub fn with_answers(answers: Arc<dyn Answers>) -> Self {
+        Self { answers }
+    }
+}
 
 /// Registers the terminal elicitor for this process, when standard input and error are a terminal: the MCP
 /// servers started afterwards may ask the person for input. Otherwise nobody can be asked: servers are told
 /// so (no `elicitation` capability) and any request is declined.
 pub fn register_on_terminal() {
     if crate::terminal_approver::on_terminal() {
-        reins_mcp::elicit::set_elicitor(Some(Arc::new(TerminalElicitor)));
+        let answers = Arc::new(crate::terminal_approver::StdinAnswers);
+        reins_mcp::elicit::set_elicitor(Some(Arc::new(TerminalElicitor::with_answers(answers))));
     }
 }
 
@@ -57,7 +68,7 @@ fn field_prompt(name: &str, schema: &Value, required: bool) -> String {
 }
 
 /// Reads one answer to every field; `Err` is the person's decline or cancel.
-async fn read_answer(schema: &Value) -> Result<Value, Elicited> {
+async fn read_answer(answers: &dyn Answers, schema: &Value) -> Result<Value, Elicited> {
     let empty = Map::new();
     let fields = schema.get("properties").and_then(Value::as_object).unwrap_or(&empty);
     let required: Vec<&str> =
@@ -66,8 +77,9 @@ async fn read_answer(schema: &Value) -> Result<Value, Elicited> {
     for (name, field) in fields {
         let is_required = required.contains(&name.as_str());
         loop {
-            errln!("{}", field_prompt(name, field, is_required));
-            let Some(line) = read_line().await else { return Err(Elicited::Cancel) };
+            let Some(line) = answers.line(&field_prompt(name, field, is_required)).await else {
+                return Err(Elicited::Cancel);
+            };
             match line.as_str() {
                 "/decline" => return Err(Elicited::Decline),
                 "/cancel" => return Err(Elicited::Cancel),
@@ -92,7 +104,7 @@ impl Elicitor for TerminalElicitor {
         errln!("? MCP server {:?} asks: {}", request.server, request.message);
         errln!("  (the model does not see this; /decline declines, /cancel cancels)");
         loop {
-            let answer = match read_answer(&request.schema).await {
+            let answer = match read_answer(self.answers.as_ref(), &request.schema).await {
                 Ok(a) => a,
                 Err(e) => return e,
             };

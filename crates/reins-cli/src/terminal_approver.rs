@@ -74,7 +74,7 @@ pub trait Answers: Send + Sync {
 }
 
 /// Answers from standard input, the prompt on standard error.
-struct StdinAnswers;
+pub(crate) struct StdinAnswers;
 
 #[async_trait]
 impl Answers for StdinAnswers {

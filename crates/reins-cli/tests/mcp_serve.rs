@@ -633,3 +633,120 @@ fn reins_run_without_a_terminal_leaves_a_served_reins_nobody_to_ask_and_its_call
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// `reins chat --agent AGENT` on a new pseudo-terminal, with the store of `dir`.
+fn chat_on_pty(dir: &Dir, agent: &Path) -> rexpect::session::PtySession {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_reins"));
+    c.args(["chat", "--agent", path(agent), "--store", path(&dir.store())])
+        .env("XDG_CONFIG_HOME", dir.0.join("no-config"))
+        .env("XDG_STATE_HOME", dir.0.join("state"))
+        .env("TERM", "xterm");
+    let options = rexpect::reader::Options::new().timeout_ms(Some(60_000)).strip_ansi_escape_codes(true);
+    rexpect::session::spawn_with_options(c, options).unwrap()
+}
+
+/// The text of every tool result of the sessions in `dir`'s store.
+fn recorded_tool_results(dir: &Dir) -> Vec<String> {
+    let out = reins().args(["sessions", "list", "--json", "--store", path(&dir.store())]).output().unwrap();
+    let rows: Vec<Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    rows.iter()
+        .flat_map(|r| {
+            let session = show(dir, r["id"].as_str().unwrap());
+            session["entries"].as_array().unwrap().clone()
+        })
+        .filter(|e| e["kind"] == "message" && e["data"]["role"] == "tool")
+        .map(|e| e["data"]["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[test]
+fn reins_chat_asks_a_servers_elicitation_inline_with_its_line_editor() {
+    let dir = Dir::new("mcp-elicit-chat");
+    let outer = agent_calling_the_eliciting_server(&dir);
+    let mut p = chat_on_pty(&dir, &outer);
+    p.exp_string("/help").unwrap();
+    p.send_line("go").unwrap();
+    // The chat asks about the call first (approve = "writes" by default), then the server asks.
+    p.exp_string("[e]dit > ").unwrap();
+    p.send_line("y").unwrap();
+    p.exp_string("MCP server \"py\" asks: Who are you?").unwrap();
+    p.exp_string("count (integer)").unwrap();
+    p.send_line("many").unwrap();
+    p.exp_string("a whole number is expected").unwrap();
+    p.exp_string("count (integer)").unwrap();
+    p.send_line("3").unwrap();
+    p.exp_string("name (string)").unwrap();
+    p.send_line("Ada").unwrap();
+    p.exp_string("outer done").unwrap();
+    p.send_line("/exit").unwrap();
+    p.exp_eof().unwrap();
+    let results = recorded_tool_results(&dir);
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(
+        results[0].starts_with(r#"got {"action": "accept", "content": {"count": 3, "name": "Ada"}}"#),
+        "{results:?}"
+    );
+    assert!(results[0].ends_with("asked the person for input during this call; they answered]"), "{results:?}");
+}
+
+#[test]
+fn reins_chat_declines_a_servers_elicitation_when_the_person_says_decline() {
+    let dir = Dir::new("mcp-elicit-chat-decline");
+    let outer = agent_calling_the_eliciting_server(&dir);
+    let mut p = chat_on_pty(&dir, &outer);
+    p.exp_string("/help").unwrap();
+    p.send_line("go").unwrap();
+    // The chat asks about the call first (approve = "writes" by default), then the server asks.
+    p.exp_string("[e]dit > ").unwrap();
+    p.send_line("y").unwrap();
+    p.exp_string("MCP server \"py\" asks: Who are you?").unwrap();
+    p.exp_string("count (integer)").unwrap();
+    p.send_line("/decline").unwrap();
+    p.exp_string("outer done").unwrap();
+    p.send_line("/exit").unwrap();
+    p.exp_eof().unwrap();
+    let results = recorded_tool_results(&dir);
+    assert!(results[0].starts_with(r#"got {"action": "decline"}"#), "{results:?}");
+    assert!(results[0].ends_with("they declined]"), "{results:?}");
+}
+
+#[test]
+fn what_a_served_agents_own_mcp_server_asks_is_forwarded_to_the_calling_client_under_both_revisions() {
+    let dir = Dir::new("mcp-serve-forward");
+    // The served agent calls the tool `ask` of its MCP server `py`, which asks the person for a name and a count.
+    let served = agent_calling_the_eliciting_server(&dir);
+    let answer = json!({"action": "accept", "content": {"name": "Ada", "count": 2}});
+
+    // 2025-11-25: an elicitation/create request of the served Reins to its client.
+    let mut c = Client::start(&dir, &served, json!({"elicitation": {}}));
+    c.call("outer", "go");
+    let ask = c.until(is_elicitation).pop().unwrap();
+    let message = ask["params"]["message"].as_str().unwrap();
+    assert!(message.contains(r#"its MCP server "py" asks: Who are you?"#), "{message}");
+    assert_eq!(ask["params"]["requestedSchema"]["required"], json!(["name", "count"]));
+    c.send(&json!({"jsonrpc": "2.0", "id": ask["id"], "result": answer}));
+    let result = c.until(is_result).pop().unwrap();
+    assert_eq!(result["result"]["content"][0]["text"], "outer done", "{result}");
+    c.finish();
+
+    // 2026-07-28: the same form in an input-required result, answered by calling again.
+    let mut c = Client::spawn(&dir, &served, &[]);
+    call_2026(&mut c, 2, "outer", "go", json!({}));
+    let first = answer_to(&mut c, 2);
+    let ask = &first["result"]["inputRequests"]["q1"];
+    assert!(ask["params"]["message"].as_str().unwrap().contains(r#"its MCP server "py" asks"#), "{first}");
+    let state = first["result"]["requestState"].as_str().unwrap().to_owned();
+    call_2026(&mut c, 3, "outer", "go", json!({"requestState": state, "inputResponses": {"q1": answer}}));
+    let done = answer_to(&mut c, 3);
+    assert_eq!(done["result"]["content"][0]["text"], "outer done", "{done}");
+    c.finish();
+
+    // Both runs' tool results hold what the client answered and the note that the person was asked.
+    let results = recorded_tool_results(&dir);
+    assert_eq!(results.len(), 2, "{results:?}");
+    for r in &results {
+        assert!(r.starts_with(r#"got {"action": "accept", "content": {"count": 2, "name": "Ada"}}"#), "{results:?}");
+        assert!(r.ends_with("they answered]"), "{results:?}");
+    }
+}

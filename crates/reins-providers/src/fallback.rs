@@ -94,13 +94,18 @@ impl FallbackModel {
     }
 }
 
+tokio::task_local! {
+    /// Set by an adapter that recorded `gen_ai.response.model` while a fallback's model answered.
+    pub(crate) static RESPONSE_MODEL: Arc<AtomicBool>;
+}
+
 /// Asks `model` with a delta sink that passes every delta on to the caller's and notes whether any output
-/// (anything but a restart) streamed.
+/// (anything but a restart) streamed; and whether its adapter recorded `gen_ai.response.model`.
 async fn ask(
     model: &dyn Model,
     request: &ModelRequest,
     cancel: &CancellationToken,
-) -> (Result<ModelResponse, ModelError>, bool) {
+) -> (Result<ModelResponse, ModelError>, bool, bool) {
     let outer = DeltaSink::current();
     let streamed = Arc::new(AtomicBool::new(false));
     let s = streamed.clone();
@@ -112,8 +117,9 @@ async fn ask(
             o.send(d);
         }
     });
-    let result = sink.scope(model.generate(request, cancel)).await;
-    (result, streamed.load(Ordering::Relaxed))
+    let recorded = Arc::new(AtomicBool::new(false));
+    let result = RESPONSE_MODEL.scope(recorded.clone(), sink.scope(model.generate(request, cancel))).await;
+    (result, streamed.load(Ordering::Relaxed), recorded.load(Ordering::Relaxed))
 }
 
 /// The name (`name` where given) and price of `model`, the `i`-th of the list, answering in place of the first.
@@ -135,12 +141,16 @@ impl Model for FallbackModel {
         let mut last = ModelError::Failed("no model to ask".into());
         for (n, &i) in order.iter().enumerate() {
             let Some(model) = self.models.get(i) else { continue };
-            let (result, streamed) = ask(model.as_ref(), request, cancel).await;
+            let (result, streamed, recorded) = ask(model.as_ref(), request, cancel).await;
             match result {
                 Ok(mut response) => {
                     self.recovered(i);
                     if i != 0 {
                         response.answered_by = Some(Box::new(answered_by(model.as_ref(), i, self.names.get(i))));
+                        if !recorded {
+                            // The step's span names who answered even when its provider did not say.
+                            crate::response_model(model.identity().model.as_deref());
+                        }
                     }
                     return Ok(response);
                 }

@@ -58,6 +58,8 @@ fn response_model(model: Option<&str>) {
         let span = tracing::Span::current();
         if !span.is_disabled() {
             span.record("gen_ai.response.model", m);
+            let _ = fallback::RESPONSE_MODEL
+                .try_with(|recorded| recorded.store(true, std::sync::atomic::Ordering::Relaxed));
         }
     }
 }

@@ -239,3 +239,59 @@ async fn a_step_a_model_of_unknown_price_answered_leaves_the_runs_cost_unknown()
     assert_eq!(second.requests().len(), 1);
     assert_eq!(outcome.cost_usd, None, "a step of unknown price was counted as free");
 }
+
+/// A summary call (a compaction) that the second model answered is priced at the second's price, in the
+/// run's cost and its `compaction_end`, which names it as `model_end` does.
+#[tokio::test]
+async fn a_summary_the_second_answered_is_priced_and_named_as_the_second() {
+    use reins::{
+        Agent, CharCounter, ContextConfig, ContextStrategy, Event, Limits, Price, RunState, Status, Transcript,
+    };
+    let first = Server::answering(|_| Reply::json(503, r#"{"error":{"message":"unavailable"}}"#)).await;
+    let second = Server::answering(|_| Reply::json(200, fixture("openai_chat/text.json"))).await;
+    let priced = |url: String, price: Price| -> Arc<dyn Model> {
+        let p = Provider::builder(Api::OpenAiChat, "test-model")
+            .base_url(format!("{url}/v1"))
+            .api_key(Some("sk-test".into()))
+            .retry(RetryPolicy::none())
+            .price(price)
+            .build()
+            .unwrap();
+        Arc::new(p)
+    };
+    let (dear, cheap) = (Price::new(100.0, 400.0), Price::new(1.0, 4.0));
+    let fb = FallbackModel::new(vec![priced(first.url(""), dear), priced(second.url(""), cheap)], Duration::ZERO)
+        .named(vec!["first:dear".into(), "second:cheap".into()]);
+    // A finished conversation, compacted on request (as `/compact` in a chat): one summary call, no step.
+    let c = &CharCounter;
+    let mut t = Transcript::new("the task", c);
+    for turn in ["one", "two", "three"] {
+        t.push_user(turn, c).unwrap();
+        t.push_assistant(format!("answer {turn}"), Vec::new(), c).unwrap();
+    }
+    let ctx =
+        ContextConfig { max_context: Some(100_000), strategy: ContextStrategy::Summarize, ..ContextConfig::default() };
+    let mut state = RunState::resume("r", t.to_vec(), Limits::default(), &ctx, "x").unwrap();
+    state.compact_now(&ctx).unwrap();
+    let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let e = events.clone();
+    let agent = Agent::builder(fb)
+        .context(ctx)
+        .observer(move |ev: &Event| {
+            e.lock().unwrap().push(serde_json::from_str::<serde_json::Value>(&ev.to_json()).unwrap());
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    let outcome = agent.drive(state, CancellationToken::new()).await;
+    assert_eq!(outcome.status, Status::Completed, "{:?}", outcome.error);
+    assert_eq!((outcome.compactions, first.requests().len(), second.requests().len()), (1, 1, 1));
+    let events = events.lock().unwrap().clone();
+    let end = events.iter().find(|e| e["type"] == "compaction_end").expect("a compaction_end");
+    assert!(end.get("fallback").is_none(), "the summary was used: {end}");
+    assert_eq!(end["model"], "second:cheap", "{end}");
+    let usage: reins::Usage = serde_json::from_value(end["usage"].clone()).unwrap();
+    let cost = cheap.cost(&usage);
+    assert!(cost > 0.0 && (end["cost_usd"].as_f64().unwrap() - cost).abs() < 1e-12, "{end}");
+    assert!((outcome.cost_usd.unwrap() - cost).abs() < 1e-12, "priced as the first: {:?}", outcome.cost_usd);
+}

@@ -128,6 +128,9 @@ pub enum EventKind {
         /// Why the summary was not used and the marker of left-out groups was recorded instead.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         fallback: Option<String>,
+        /// The model that wrote the summary, only when it is not the summary model (a fallback answered).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
     },
     /// A batch waits for decisions: the calls that need one (the others of the batch wait with them).
     ApprovalRequested {

@@ -280,6 +280,7 @@ fn chat_span_built(info: &ModelIdentity, step: u64, session_id: Option<&str>) ->
         gen_ai.conversation.id = session_id,
         reins.step = int(step),
         gen_ai.response.model = Empty,
+        reins.answered_by = Empty,
         gen_ai.response.finish_reasons = Empty,
         gen_ai.usage.input_tokens = Empty,
         gen_ai.usage.output_tokens = Empty,
@@ -345,6 +346,11 @@ fn chat_response_recorded(
         Ok(r) => r,
         Err(e) => return fail(span, model_error_type(e), &e.to_string()),
     };
+    // A fallback's other model answered: named as the agent file names it (as `model_end`'s `model`). The
+    // request attributes stay the run's model (what was asked); `gen_ai.response.model` is the answerer's.
+    if let Some(by) = &r.answered_by {
+        span.record("reins.answered_by", by.model.as_str());
+    }
     if let Some(f) = &r.finish_reason {
         let mut reasons = String::from("[");
         let _ = write!(reasons, "{}", Value::from(finish_name(f)));

@@ -228,7 +228,13 @@ impl Run<'_> {
         (compaction, chat): (Span, Span),
     ) {
         let usage = response.as_ref().ok().and_then(|r| r.usage);
-        let price = self.agent.compact_model.as_ref().map_or_else(|| state.price().copied(), |m| m.price());
+        // A summary another model of a fallback wrote is priced at that model's price.
+        let answered_by = response.as_ref().ok().and_then(|r| r.answered_by.as_deref());
+        let model = answered_by.map(|by| by.model.clone());
+        let price = match answered_by {
+            Some(by) => by.price,
+            None => self.agent.compact_model.as_ref().map_or_else(|| state.price().copied(), |m| m.price()),
+        };
         let cost_usd = usage.zip(price).map(|(u, p)| p.cost(&u));
         if !chat.is_disabled() {
             spans::chat_response(&chat, response.as_ref(), self.span_content, price.as_ref());
@@ -249,6 +255,7 @@ impl Run<'_> {
                 usage,
                 cost_usd,
                 fallback: done.fallback,
+                model,
             });
         }
         if let Some(Status::TokenLimit) = state.status() {

@@ -159,7 +159,12 @@ impl RunState {
             Ok(r) => {
                 if let Some(usage) = self.usage.add(r.usage.as_ref()) {
                     self.usage = usage;
-                    let price = if self.own_compact_model { self.compact_price } else { self.price };
+                    let price = match &r.answered_by {
+                        // Another model of a fallback answered: its price (the cost unknown without one).
+                        Some(by) => by.price,
+                        None if self.own_compact_model => self.compact_price,
+                        None => self.price,
+                    };
                     if price.is_none() && r.usage.is_some() {
                         self.unpriced_calls += 1;
                     }

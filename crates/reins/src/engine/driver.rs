@@ -23,7 +23,7 @@ use crate::policy::Policy;
 use crate::registry::{Registry, ToolSource};
 use crate::spans;
 use crate::subagent::Link;
-use run::{Run, RunArgs, Waits};
+use run::{CancelFlag, Run, RunArgs, Waits};
 
 mod approve;
 mod batch;
@@ -506,7 +506,7 @@ impl Agent {
         let deadline = state.limits().timeout.and_then(|d| started.checked_add(d)).map(tokio::time::Instant::from_std);
         let cancelled = pin!(cancel.clone().cancelled_owned());
         let sleep = pin!(None);
-        let waits = Waits { cancel: &cancel, cancelled, sleep, deadline };
+        let waits = Waits { cancel: CancelFlag::new(&cancel), cancelled, sleep, deadline };
         let mut run = Run::start(self, &mut state, &cancel, waits, started, args).await;
         run.drive(&mut state).await;
         run.finish(state).await

@@ -3,6 +3,7 @@
 //! `execute_tool` span, timeout and hooks) racing the caller's cancellation and the deadline, then its
 //! results recorded — or held, while a sub-agent of it waits for decisions.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -37,7 +38,7 @@ pub(super) struct BatchAt<'a> {
 
 /// The progress of one call of a batch.
 #[derive(Clone, Default)]
-struct Slot {
+pub(super) struct Slot {
     started: bool,
     reported: bool,
     /// When the call began running: a call the batch's interruption cut short ran until then.
@@ -65,16 +66,14 @@ impl Slot {
     }
 }
 
-/// What a batch gave, to be recorded in the state.
+/// What a batch gave, to be recorded in the state (the calls' results are in the run's slots).
 pub(super) struct Ran {
-    /// By call: its result (`None`: it did not finish).
-    results: Vec<Option<CallResult>>,
     /// The sub-agent runs of the batch that stopped for a decision.
     waits: Vec<AgentWait>,
     /// How the run ends when the batch was interrupted.
     end: Option<(Status, String)>,
     /// The result of a call that did not finish.
-    unfinished: String,
+    unfinished: Cow<'static, str>,
     /// What its sub-agents spent, by name (with sub-agents in the registry).
     spent: Option<BTreeMap<String, AgentTotals>>,
 }
@@ -82,8 +81,8 @@ pub(super) struct Ran {
 impl Run<'_> {
     /// Runs the admitted batch (after making its calls durable when one of them runs) inside its sub-agents'
     /// scope, if any, until it is done or the run is interrupted: its calls' events are sent, also for calls an
-    /// interruption cut short, and what they gave is handed back. `Err`: the log could not be made durable, and
-    /// nothing ran.
+    /// interruption cut short, and what they gave is handed back (their results in the run's slots). `Err`: the
+    /// log could not be made durable, and nothing ran.
     pub(super) async fn run_tools(
         &mut self,
         admitted: Batch<'_>,
@@ -98,7 +97,9 @@ impl Run<'_> {
         if let Some(j) = self.journal.as_ref().filter(|_| batch.iter().any(|p| matches!(p.plan, Plan::Run))) {
             j.flush().await?;
         }
-        let mut slots = slots_of(&admitted, batch.len());
+        // The slots' storage is the run's, kept from one batch to the next.
+        let mut slots = std::mem::take(&mut self.slots);
+        fill_slots(&mut slots, &admitted, batch.len());
         // Sub-agent calls get the run's budget left and report what they spend (see `subagent`).
         let scope = left.map(|left| self.scope(left, &batch, admitted.agent_waits()));
         let at = BatchAt { step, key_prefix: &self.key_prefix, span_content: self.span_content };
@@ -122,8 +123,9 @@ impl Run<'_> {
         let interrupted = self.waits.guard(work).await.err();
         let (end, unfinished) = self.batch_ended(interrupted, &batch, &slots);
         let spent = scope.map(|scope| scope.take_spent());
-        let (results, waits) = results_of(slots);
-        Ok(Ran { results, waits, end, unfinished, spent })
+        let waits = waits_of(&mut slots);
+        self.slots = slots;
+        Ok(Ran { waits, end, unfinished, spent })
     }
 
     /// How the batch ended: interrupted (now or while it ran), the run ends with a status and why; calls that
@@ -133,14 +135,14 @@ impl Run<'_> {
         interrupted: Option<Interrupt>,
         batch: &[PlannedCall<'_>],
         slots: &[Slot],
-    ) -> (Option<(Status, String)>, String) {
+    ) -> (Option<(Status, String)>, Cow<'static, str>) {
         let end = interrupted.or_else(|| self.interrupted()).map(|i| {
             self.run_cancel.cancel();
             (i.status(), i.reason(&self.limits))
         });
         let unfinished = match &end {
-            Some((_, reason)) => format!("aborted: {reason}"),
-            None => "aborted: the call did not finish".to_owned(),
+            Some((_, reason)) => Cow::Owned(format!("aborted: {reason}")),
+            None => Cow::Borrowed("aborted: the call did not finish"),
         };
         report_unfinished(&mut self.emitter, batch, slots, &unfinished);
         if let Some((Status::Timeout, reason)) = &end {
@@ -183,17 +185,21 @@ impl Run<'_> {
                 state.add_agent_spend(&name, &spent);
             }
         }
+        let results = self.slots.iter_mut().map(|s| s.result.take());
         if ran.waits.is_empty() || ran.end.is_some() {
-            state.record_batch(ran.results, &ran.unfinished, ran.end, &self.agent.context);
+            state.record_results(results, &ran.unfinished, ran.end, &self.agent.context);
         } else {
             // A sub-agent waits for decisions: so does the batch (see `RunState::hold_batch`).
-            state.hold_batch(ran.results, ran.waits);
+            state.hold_batch(results.collect(), ran.waits);
         }
     }
 
     /// Between steps: the tools of a tool source may have changed (the next model turn sees the new ones).
     pub(super) async fn refresh_tools(&mut self) {
         let (Some(source), false) = (&self.agent.tool_source, self.run_cancel.is_cancelled()) else { return };
+        for kind in source.take_events() {
+            self.emitter.emit(kind);
+        }
         let base = source.registry().await;
         let next = Agent::step_registry(Arc::clone(&base), self.output).unwrap_or(base);
         if let Some(change) = tools_changed(&self.registry, &next) {
@@ -223,10 +229,11 @@ fn tools_changed(old: &Arc<Registry>, next: &Arc<Registry>) -> Option<EventKind>
     Some(EventKind::ToolsChanged { added, removed, changed })
 }
 
-/// A slot for each of the batch's `n` calls; calls that ran before a sub-agent of the batch stopped it for a decision
-/// keep their results and do not run again.
-fn slots_of(admitted: &Batch<'_>, n: usize) -> Vec<Slot> {
-    let mut slots: Vec<Slot> = vec![Slot::default(); n];
+/// A slot for each of the batch's `n` calls (in `slots`, emptied first); calls that ran before a sub-agent of the
+/// batch stopped it for a decision keep their results and do not run again.
+fn fill_slots(slots: &mut Vec<Slot>, admitted: &Batch<'_>, n: usize) {
+    slots.clear();
+    slots.resize_with(n, Slot::default);
     if admitted.has_held() {
         for (i, slot) in slots.iter_mut().enumerate() {
             if let Some(r) = admitted.held_result(i) {
@@ -234,30 +241,23 @@ fn slots_of(admitted: &Batch<'_>, n: usize) -> Vec<Slot> {
             }
         }
     }
-    slots
 }
 
-/// The calls' results, and the sub-agent runs that stopped for a decision, which come with their calls'
-/// results (also when a durable performer replays them).
-fn results_of(slots: Vec<Slot>) -> (Vec<Option<CallResult>>, Vec<AgentWait>) {
+/// The sub-agent runs that stopped for a decision, taken from the results they come with (also when a durable
+/// performer replays them).
+fn waits_of(slots: &mut [Slot]) -> Vec<AgentWait> {
     let mut waits = Vec::new();
-    let results = slots
-        .into_iter()
-        .map(|s| {
-            s.result.map(|mut r| {
-                if let Some(w) = r.wait.take() {
-                    waits.push(*w);
-                }
-                r
-            })
-        })
-        .collect();
-    (results, waits)
+    for r in slots.iter_mut().filter_map(|s| s.result.as_mut()) {
+        if let Some(w) = r.wait.take() {
+            waits.push(*w);
+        }
+    }
+    waits
 }
 
 /// Calls whose events were not sent yet (the batch was interrupted) get them now.
 #[inline]
-fn report_unfinished(emitter: &mut Emitter, batch: &[PlannedCall<'_>], slots: &[Slot], unfinished: &String) {
+fn report_unfinished(emitter: &mut Emitter, batch: &[PlannedCall<'_>], slots: &[Slot], unfinished: &str) {
     for (p, slot) in batch.iter().zip(slots) {
         if slot.reported {
             continue;
@@ -267,11 +267,11 @@ fn report_unfinished(emitter: &mut Emitter, batch: &[PlannedCall<'_>], slots: &[
             emitter.tool_start(p.call, now);
         }
         let (content, is_error, elapsed) = match &slot.result {
-            Some(r) => (&r.content, r.is_error, slot.elapsed()),
+            Some(r) => (r.content.as_str(), r.is_error, slot.elapsed()),
             // Cut short: it ran from its start until now.
             None => (unfinished, true, slot.began.map_or(Duration::ZERO, |t| now.saturating_duration_since(t))),
         };
-        emitter.tool_end(p.call, is_error, || (elapsed, None, now), || content.clone());
+        emitter.tool_end(p.call, is_error, || (elapsed, None, now), || content.to_owned());
     }
 }
 
@@ -296,7 +296,8 @@ impl Agent {
         let mut i = 0;
         while i < batch.len() {
             let mut j = i + 1;
-            if parallel(&batch[i]) {
+            // A call with none after it runs alone whatever it is (no lookup needed to say so).
+            if j < batch.len() && parallel(&batch[i]) {
                 while j < batch.len() && parallel(&batch[j]) {
                     j += 1;
                 }

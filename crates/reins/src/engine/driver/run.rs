@@ -6,6 +6,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 use std::time::Instant;
 
@@ -14,6 +15,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tracing::Span;
 
 use super::Agent;
+use super::batch::Slot;
 use super::hooks::Hooked;
 use crate::engine::perform::{Performer, idempotency_prefix};
 use crate::engine::state::{Action, RunState};
@@ -68,8 +70,8 @@ impl Interrupt {
 /// Each is one future for the whole run, polled again at every step (a fired one stays ready), instead of a
 /// new waiter registered for each call.
 pub(super) struct Waits<'a> {
-    /// The caller's token, which `cancelled` waits for.
-    pub(super) cancel: &'a CancellationToken,
+    /// Whether the caller's token, which `cancelled` waits for, fired.
+    pub(super) cancel: CancelFlag,
     pub(super) cancelled: Pin<&'a mut WaitForCancellationFutureOwned>,
     /// The deadline's timer, made when it is first waited on (none without a deadline).
     pub(super) sleep: Pin<&'a mut Option<Sleep>>,
@@ -106,7 +108,7 @@ impl Waits<'_> {
     pub(super) async fn guard<F: Future>(&mut self, work: F) -> Result<F::Output, Interrupt> {
         let mut work = std::pin::pin!(work);
         std::future::poll_fn(move |cx| {
-            if self.cancel.is_cancelled() {
+            if self.cancel.is_set() {
                 return Poll::Ready(Err(Interrupt::Cancelled));
             }
             if let Poll::Ready(i) = self.deadline_passed(cx) {
@@ -121,6 +123,47 @@ impl Waits<'_> {
             }
         })
         .await
+    }
+}
+
+/// Whether the caller cancelled, read without the token's lock (which `CancellationToken::is_cancelled` takes):
+/// a waiter registered on the token once per run sets the flag, since the token wakes its waiters as it is
+/// cancelled, before its `cancel` returns. It says what `is_cancelled` says.
+pub(super) struct CancelFlag {
+    fired: Arc<Fired>,
+    /// The registered waiter, kept for the run (dropping it takes it off the token).
+    _waiter: Pin<Box<WaitForCancellationFutureOwned>>,
+}
+
+/// The flag a [`CancelFlag`]'s waiter sets when it is woken.
+struct Fired(AtomicBool);
+
+impl std::task::Wake for Fired {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+impl CancelFlag {
+    /// The flag of `token`: set now if it already fired, else when it fires.
+    pub(super) fn new(token: &CancellationToken) -> Self {
+        let fired = Arc::new(Fired(AtomicBool::new(false)));
+        let mut waiter = Box::pin(token.clone().cancelled_owned());
+        let waker = std::task::Waker::from(Arc::clone(&fired));
+        if waiter.as_mut().poll(&mut std::task::Context::from_waker(&waker)).is_ready() {
+            fired.0.store(true, Ordering::Release);
+        }
+        CancelFlag { fired, _waiter: waiter }
+    }
+
+    /// Whether the token fired.
+    #[inline]
+    pub(super) fn is_set(&self) -> bool {
+        self.fired.0.load(Ordering::Acquire)
     }
 }
 
@@ -188,8 +231,7 @@ pub(super) struct Run<'a> {
     /// Whether the spans carry content: the agent's setting, or its parent run's for a sub-agent.
     pub(super) span_content: bool,
     pub(super) limits: Limits,
-    /// The caller's token, and the run's own (cancelled when the run is interrupted, and at its end).
-    cancel: &'a CancellationToken,
+    /// The run's own token (a child of the caller's, cancelled when the run is interrupted, and at its end).
     pub(super) run_cancel: CancellationToken,
     pub(super) waits: Waits<'a>,
     /// The tools on offer (with the output schema's final-answer tool).
@@ -208,6 +250,8 @@ pub(super) struct Run<'a> {
     /// What this run's own sub-agents inherit (when its tools may hold some): every observer but the journal's.
     pub(super) sub_agent_observers: Option<Vec<Arc<dyn Observer>>>,
     pub(super) rules: RunRules,
+    /// The progress of each call of the batch being run: storage kept from one batch to the next.
+    pub(super) slots: Vec<Slot>,
 }
 
 /// The events' emitter of a run, and what its events carry and its sub-agents hear.
@@ -271,7 +315,6 @@ impl<'a> Run<'a> {
             started,
             span_content,
             limits,
-            cancel,
             run_cancel: cancel.child_token(),
             waits,
             registry,
@@ -285,6 +328,7 @@ impl<'a> Run<'a> {
             on_observer_error: hearing.on_observer_error,
             sub_agent_observers: hearing.sub_agents,
             rules,
+            slots: Vec::new(),
         };
         run.announce(state);
         run
@@ -387,7 +431,7 @@ impl<'a> Run<'a> {
     /// Whether the run was interrupted by now (the caller cancelled, or the deadline passed).
     #[inline]
     pub(super) fn interrupted(&self) -> Option<Interrupt> {
-        if self.cancel.is_cancelled() {
+        if self.waits.cancel.is_set() {
             Some(Interrupt::Cancelled)
         } else if self.waits.deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
             Some(Interrupt::Deadline)
@@ -398,7 +442,7 @@ impl<'a> Run<'a> {
 
     /// Whether the caller cancelled the run.
     pub(super) fn cancelled(&self) -> bool {
-        self.cancel.is_cancelled()
+        self.waits.cancel.is_set()
     }
 
     /// Ends the run interrupted: its calls are cancelled and the state records why.

@@ -20,6 +20,18 @@ impl RunState {
         end: Option<(Status, String)>,
         ctx: &ContextConfig,
     ) {
+        self.record_results(results, unfinished, end, ctx);
+    }
+
+    /// [`RunState::record_batch`] of results taken one by one (the driver takes them out of storage it keeps
+    /// from one batch to the next).
+    pub(crate) fn record_results(
+        &mut self,
+        results: impl IntoIterator<Item = Option<CallResult>>,
+        unfinished: &str,
+        end: Option<(Status, String)>,
+        ctx: &ContextConfig,
+    ) {
         let Phase::AwaitingTools { plans, assistant_size, edits } = std::mem::replace(&mut self.phase, Phase::Ready)
         else {
             return;

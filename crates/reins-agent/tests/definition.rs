@@ -140,6 +140,7 @@ fn bad_values_name_their_path_and_what_was_expected() {
         ("[mcp.web]\nurl = \"http://h/mcp\"\nargs = [\"x\"]\n", "mcp.web", "for a `command`"),
         ("[mcp.fs]\ncommand = \"x\"\nheaders = { A = \"b\" }\n", "mcp.fs", "for an HTTP server"),
         ("[mcp.fs]\ncommand = \"x\"\ncall_timeout = \"0s\"\n", "mcp.fs.call_timeout", "invalid duration"),
+        ("[mcp.web]\nurl = \"http://h/mcp\"\nprotocol = \"2025-13-01\"\n", "mcp.web", "unknown protocol revision"),
         ("limits = 3\n", "limits", ""),
     ] {
         let e = err(text);
@@ -450,4 +451,14 @@ fn a_later_layer_replaces_a_sub_agent_whole() {
     assert!(r.def.agents["a"].limits.max_steps.is_none(), "replaced whole, not merged");
     assert_eq!(r.def.agents["b"].instructions.as_deref(), Some("two"));
     assert_eq!(r.origins["agents.a"], Origin::Flag);
+}
+
+#[test]
+fn an_mcp_tables_protocol_and_elicitation_defaults_reach_the_server_configuration() {
+    let configs = every_key().mcp_configs().unwrap();
+    let web = configs.iter().find(|c| c.name == "web").unwrap();
+    assert_eq!(web.protocol.as_deref(), Some("2025-11-25"));
+    assert!(web.elicitation_defaults);
+    let fs = configs.iter().find(|c| c.name == "fs").unwrap();
+    assert_eq!((fs.protocol.as_deref(), fs.elicitation_defaults), (None, false), "chosen per server, declined");
 }

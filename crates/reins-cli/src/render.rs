@@ -199,6 +199,10 @@ fn run_line(event: &Event) -> Option<String> {
             }
             format!("  ↻ tools changed: {}", parts.join("; "))
         }
+        EventKind::Elicitation { server, tool, outcome, defaults, .. } => {
+            let how = if *defaults { " with the form's defaults" } else { "" };
+            format!("  ? MCP server {server:?} asked the person during {tool}: {outcome}{how}")
+        }
         EventKind::LimitHit { status, detail } => format!("  limit hit ({status}): {detail}"),
         EventKind::RunEnd { .. } => return None,
     };

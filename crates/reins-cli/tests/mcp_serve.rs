@@ -425,6 +425,33 @@ fn a_servers_elicitation_is_asked_on_the_terminal_checked_against_its_schema_and
     let text = first_tool_result(&outcome);
     assert!(text.starts_with(r#"got {"action": "accept", "content": {"count": 2, "name": "Ada"}}"#), "{text}");
     assert!(text.ends_with("[MCP server \"py\" asked the person for input during this call; they answered]"), "{text}");
+    // The session records it as an event: who asked, during which call, its message and the outcome; never the
+    // answer.
+    let events = elicitation_events(&dir);
+    assert_eq!(
+        events,
+        [
+            json!({"type": "elicitation", "server": "py", "tool": "py__ask", "message": "Who are you?", "outcome": "accepted"})
+        ]
+    );
+}
+
+/// The `elicitation` events recorded in `dir`'s sessions, without their envelope (`v`, `run_id`, `seq`, `ts`).
+fn elicitation_events(dir: &Dir) -> Vec<Value> {
+    let out = reins().args(["sessions", "list", "--json", "--store", path(&dir.store())]).output().unwrap();
+    let rows: Vec<Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    rows.iter()
+        .flat_map(|r| show(dir, r["id"].as_str().unwrap())["entries"].as_array().unwrap().clone())
+        .filter(|e| e["kind"] == "event" && e["data"]["type"] == "elicitation")
+        .map(|e| {
+            let mut data = e["data"].clone();
+            for key in ["v", "run_id", "seq", "ts"] {
+                data.as_object_mut().unwrap().remove(key);
+            }
+            data
+        })
+        .collect()
 }
 
 #[test]
@@ -709,6 +736,9 @@ fn reins_chat_declines_a_servers_elicitation_when_the_person_says_decline() {
     let results = recorded_tool_results(&dir);
     assert!(results[0].starts_with(r#"got {"action": "decline"}"#), "{results:?}");
     assert!(results[0].ends_with("they declined]"), "{results:?}");
+    let events = elicitation_events(&dir);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["outcome"], "declined", "{events:?}");
 }
 
 #[test]

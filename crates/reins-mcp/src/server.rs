@@ -56,9 +56,27 @@ struct Handler {
     /// The server's name, and what it asked the person since its last call ended (see [`crate::elicit`]).
     name: Arc<str>,
     elicited: Arc<std::sync::Mutex<Vec<String>>>,
+    /// The same, for the run's `elicitation` events: each question's message and what came of it.
+    asked: Arc<std::sync::Mutex<Vec<Asked>>>,
     /// Who the server's questions go to: the elicitor in place when the connection was made (none: nobody
     /// can be asked, and the capability is not declared).
     elicitor: Option<Arc<dyn crate::elicit::Elicitor>>,
+}
+
+/// A question of the server for the person, and what came of it (never the answer).
+#[derive(Clone, Debug)]
+struct Asked {
+    message: String,
+    outcome: &'static str,
+    defaults: bool,
+}
+
+impl Handler {
+    fn asked(&self, message: &str, outcome: &'static str, defaults: bool) {
+        if let Ok(mut asked) = self.asked.lock() {
+            asked.push(Asked { message: message.to_owned(), outcome, defaults });
+        }
+    }
 }
 
 /// What a server announced since its lists were last read.
@@ -127,12 +145,21 @@ impl Handler {
         let schema = serde_json::to_value(&requested_schema).unwrap_or(Value::Null);
         let asked = crate::elicit::ElicitationRequest { server: self.name.to_string(), message, schema };
         if self.elicitor.is_none() && self.defaults {
-            return self.answer_with_defaults(&asked.schema);
+            let result = self.answer_with_defaults(&asked.schema);
+            let outcome = if result.action == ElicitationAction::Accept { "accepted" } else { "declined" };
+            self.asked(&asked.message, outcome, true);
+            return result;
         }
         let answer = crate::elicit::ask(self.elicitor.as_ref(), &asked).await;
         if let Ok(mut notes) = self.elicited.lock() {
             notes.push(crate::elicit::note(&self.name, &answer));
         }
+        let outcome = match answer {
+            Elicited::Accept(_) => "accepted",
+            Elicited::Decline => "declined",
+            Elicited::Cancel => "cancelled",
+        };
+        self.asked(&asked.message, outcome, false);
         match answer {
             Elicited::Accept(content) => ElicitResult::new(ElicitationAction::Accept).with_content(content),
             Elicited::Decline => ElicitResult::new(ElicitationAction::Decline),
@@ -160,6 +187,10 @@ impl Handler {
 pub struct McpServer {
     /// What the server asked the person during the call in flight (noted in its result).
     elicited: Arc<std::sync::Mutex<Vec<String>>>,
+    /// What the server asked the person during the call in flight, and the run's `elicitation` events of the
+    /// calls that ended since they were last taken.
+    asked: Arc<std::sync::Mutex<Vec<Asked>>>,
+    events: std::sync::Mutex<Vec<reins::EventKind>>,
     config: ServerConfig,
     peer: Peer<RoleClient>,
     service: tokio::sync::Mutex<Option<RunningService<RoleClient, Handler>>>,
@@ -214,12 +245,14 @@ impl McpServer {
         let timeout = config.startup_timeout;
         let flags = Arc::new(ChangeFlags::default());
         let elicited = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
         let handler = Handler {
             flags: Arc::clone(&flags),
             defaults: config.elicitation_defaults,
             protocol: config.protocol_version(),
             name: name.as_str().into(),
             elicited: Arc::clone(&elicited),
+            asked: Arc::clone(&asked),
             elicitor: crate::elicit::elicitor(),
         };
         let (service, process) = match &config.transport {
@@ -305,8 +338,33 @@ impl McpServer {
             spill: std::sync::OnceLock::new(),
             secrets,
             elicited,
+            asked,
+            events: std::sync::Mutex::new(Vec::new()),
             wanted_scope: std::sync::Mutex::new(None),
         })
+    }
+
+    /// The run's `elicitation` events of the calls that ended since the last time they were taken.
+    pub fn take_events(&self) -> Vec<reins::EventKind> {
+        self.events.lock().map(|mut e| std::mem::take(&mut *e)).unwrap_or_default()
+    }
+
+    /// Turns what the server asked the person during the call of `tool` just ended into events.
+    fn note_asked(&self, tool: &str) {
+        let asked: Vec<Asked> = self.asked.lock().map(|mut a| std::mem::take(&mut *a)).unwrap_or_default();
+        if asked.is_empty() {
+            return;
+        }
+        let tool = crate::config::qualified_name(self.name(), tool);
+        if let Ok(mut events) = self.events.lock() {
+            events.extend(asked.into_iter().map(|a| reins::EventKind::Elicitation {
+                server: self.name().to_owned(),
+                tool: tool.clone(),
+                message: self.secrets.mask_string(a.message),
+                outcome: a.outcome.to_owned(),
+                defaults: a.defaults,
+            }));
+        }
     }
 
     /// `output` with a line for each time the server asked the person during the call (what happened, not
@@ -470,9 +528,10 @@ impl McpServer {
             meta.insert(IDEMPOTENCY_KEY_META.to_owned(), Value::String(key.to_owned()));
             params.meta = Some(rmcp::model::RequestMetaObject(rmcp::model::MetaObject(meta)));
         }
+        let called = self.call_params(tool, params, cancel).await;
+        self.note_asked(tool);
         // What the server answers is masked before anyone records it: a server may echo its token.
-        self.call_params(tool, params, cancel)
-            .await
+        called
             .map(|o| self.with_elicitations(o))
             .map(|o| self.spilled(self.secrets.mask_output(o), tool))
             .map_err(|e| self.secrets.mask_tool_error(e))

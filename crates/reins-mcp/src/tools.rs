@@ -271,6 +271,11 @@ impl McpToolSource {
 
 #[async_trait]
 impl ToolSource for McpToolSource {
+    /// What the servers asked the person during the batch (one `elicitation` event each).
+    fn take_events(&self) -> Vec<reins::EventKind> {
+        self.mcp.servers.iter().flat_map(|s| s.take_events()).collect()
+    }
+
     async fn registry(&self) -> Arc<Registry> {
         if self.mcp.changed() {
             let rebuilt = match self.mcp.refresh().await {

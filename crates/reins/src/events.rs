@@ -190,6 +190,21 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         changed: Vec<String>,
     },
+    /// An MCP server asked the person for input (an elicitation) during a tool call of the batch just run;
+    /// recorded after the batch, before the next model call. What came of it, never the answer.
+    Elicitation {
+        /// The server (its `[mcp.NAME]`).
+        server: String,
+        /// The tool call during which it asked (`NAME__TOOL`).
+        tool: String,
+        /// The server's message (its secrets masked).
+        message: String,
+        /// `accepted`, `declined` or `cancelled` (not answered).
+        outcome: String,
+        /// Answered with the form's defaults, nobody being there to ask (`elicitation_defaults`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        defaults: bool,
+    },
     /// A limit ended the run.
     LimitHit {
         /// The status it ends with.

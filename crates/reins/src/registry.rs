@@ -238,6 +238,12 @@ impl Registry {
 pub trait ToolSource: Send + Sync {
     /// The registry for the next model call and its tool calls.
     async fn registry(&self) -> Arc<Registry>;
+
+    /// Events the source has to record, taken when it is asked for the registry after a batch (an MCP
+    /// server's elicitation during the batch); none by default.
+    fn take_events(&self) -> Vec<crate::events::EventKind> {
+        Vec::new()
+    }
 }
 
 /// Checks a schema against its meta-schema, refuses schemas no object could satisfy, and compiles it.

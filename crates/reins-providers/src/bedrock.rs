@@ -298,7 +298,13 @@ fn caches(model: &str) -> bool {
 /// The request body (the model id goes in the path).
 pub(crate) fn body(s: &Settings, req: &ModelRequest) -> Value {
     let mut b = Map::new();
-    b.insert("messages".into(), messages(req.messages.iter()).into());
+    let messages = messages(req.messages.iter());
+    // Converse has no tool choice "none": the tools are left out, unless the conversation holds calls (the API then
+    // wants them), when they stay on offer.
+    let holds_calls =
+        || messages.iter().any(|m| m["content"].as_array().into_iter().flatten().any(|c| c.get("toolUse").is_some()));
+    let offer_tools = !req.tools.is_empty() && (s.tool_choice != ToolChoice::None || holds_calls());
+    b.insert("messages".into(), messages.into());
     if let Some(instructions) = req.instructions.as_deref().filter(|i| !i.is_empty()) {
         b.insert("system".into(), json!([{"text": instructions}]));
     }
@@ -316,7 +322,7 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest) -> Value {
     if !inference.is_empty() {
         b.insert("inferenceConfig".into(), inference.into());
     }
-    if !req.tools.is_empty() {
+    if offer_tools {
         b.insert("toolConfig".into(), tool_config(s, req));
     }
     if let Some(budget) = s.thinking_budget {
@@ -335,8 +341,7 @@ pub(crate) fn body(s: &Settings, req: &ModelRequest) -> Value {
 }
 
 /// `toolConfig`: each tool's `toolSpec` (a description only when there is one: the API refuses an empty one) and
-/// the tool choice. Converse has no "none": with [`ToolChoice::None`] the tools stay on offer (the API wants them
-/// whenever the conversation holds calls) and the model decides.
+/// the tool choice (with [`ToolChoice::None`], only sent for a conversation that holds calls, none: the model decides).
 fn tool_config(s: &Settings, req: &ModelRequest) -> Value {
     let tools: Vec<Value> = req
         .tools

@@ -461,3 +461,27 @@ async fn the_contract_check_refuses_bodies_botocore_refuses() {
     assert_eq!(log.len(), 3);
     assert!(log.iter().all(|e| e["contract"].as_array().is_some_and(|c| c.len() == 1)), "{log:?}");
 }
+
+/// Converse has no tool choice "none": the tools are left out, unless the conversation holds calls (the API then
+/// wants its toolConfig); "required" and a named tool map to `any` and `tool`.
+#[test]
+fn tool_choice_maps_to_converse_and_none_leaves_the_tools_out() {
+    use reins_providers::ToolChoice;
+    let body = |choice: ToolChoice, req: &ModelRequest| {
+        let b = named_provider("bedrock").unwrap().builder(MODEL).base_url("http://127.0.0.1:9").tool_choice(choice);
+        b.api_key(Some("k".into())).build().unwrap().request_body(req)
+    };
+    assert!(body(ToolChoice::None, &ask("hi")).get("toolConfig").is_none());
+    let call = reins::ToolCall::new("tooluse_1", "echo", json!({"text": "x"}));
+    let with_calls = tool_turn(Message::assistant("", vec![call]), vec![Message::tool_result("tooluse_1", "x", false)]);
+    let b = body(ToolChoice::None, &with_calls);
+    assert_eq!(b["toolConfig"]["tools"][0]["toolSpec"]["name"], "echo");
+    assert!(b["toolConfig"].get("toolChoice").is_none());
+    assert_eq!(body(ToolChoice::Required, &ask("hi"))["toolConfig"]["toolChoice"], json!({"any": {}}));
+    assert_eq!(
+        body(ToolChoice::Tool("echo".into()), &ask("hi"))["toolConfig"]["toolChoice"],
+        json!({"tool": {"name": "echo"}})
+    );
+    // The results come first in the user turn after the calls.
+    assert_eq!(b["messages"][2]["content"][0]["toolResult"]["toolUseId"], "tooluse_1");
+}

@@ -485,3 +485,70 @@ fn tool_choice_maps_to_converse_and_none_leaves_the_tools_out() {
     // The results come first in the user turn after the calls.
     assert_eq!(b["messages"][2]["content"][0]["toolResult"]["toolUseId"], "tooluse_1");
 }
+
+/// An event-stream frame of `kind` with a JSON payload, as Bedrock sends it.
+fn frame(kind: &'static str, payload: Value) -> Vec<u8> {
+    use aws_smithy_types::event_stream::{Header, HeaderValue, Message as Frame};
+    let headers = vec![
+        Header::new(":message-type", HeaderValue::String("event".into())),
+        Header::new(":event-type", HeaderValue::String(kind.into())),
+    ];
+    let mut out = Vec::new();
+    aws_smithy_eventstream::frame::write_message_to(&Frame::new_from_parts(headers, payload.to_string()), &mut out)
+        .unwrap();
+    out
+}
+
+/// What the network sends, distrusted as for the other adapters: a redirect is never followed (the signed request
+/// goes nowhere else), a stream that ends before `messageStop` or stalls is transient, an endless one is cut at the
+/// response cap, and usage that is not a count is unknown, never zero.
+#[tokio::test]
+async fn untrusted_answers_are_refused_cut_or_retried() {
+    use common::{Reply, Server, Step};
+    let provider = |server: &Server, stream: bool| {
+        named_provider("bedrock")
+            .unwrap()
+            .builder(MODEL)
+            .base_url(server.url(""))
+            .aws_credentials(credentials())
+            .aws_region(REGION)
+            .stream(stream)
+            .retry(no_retry())
+            .idle_timeout(Duration::from_millis(300))
+            .max_output_tokens(4)
+            .build()
+            .unwrap()
+    };
+    let elsewhere = Server::start(vec![]).await;
+    let redirect = Reply::json(307, "{}").header("location", &elsewhere.url("/model/x/converse"));
+    let server = Server::start(vec![redirect]).await;
+    let e = provider(&server, false).generate(&ask("hi"), &CancellationToken::new()).await.unwrap_err();
+    assert!(
+        matches!(&e, ModelError::Rejected { status: 307, message } if message.contains("follows no redirect")),
+        "{e:?}"
+    );
+    assert!(elsewhere.requests().is_empty());
+    assert!(server.requests()[0].header("authorization").is_some_and(|a| a.starts_with("AWS4-HMAC-SHA256 ")));
+
+    let start = frame("messageStart", json!({"role": "assistant"}));
+    let delta = frame("contentBlockDelta", json!({"contentBlockIndex": 0, "delta": {"text": "word "}}));
+    let eventstream = |steps| Reply { steps, ..Reply::body(200, "application/vnd.amazon.eventstream", Vec::new()) };
+    let ended = eventstream(vec![Step::Bytes(start.clone()), Step::Bytes(delta.clone())]);
+    let stalled = eventstream(vec![Step::Bytes(start.clone()), Step::Stall]);
+    let endless = eventstream(std::iter::once(start).chain(std::iter::repeat_n(delta, 100)).map(Step::Bytes).collect());
+    let server = Server::start(vec![ended, stalled, endless]).await;
+    let p = provider(&server, true);
+    for want in ["ended before the response was complete", "stalled"] {
+        let e = p.generate(&ask("hi"), &CancellationToken::new()).await.unwrap_err();
+        assert!(matches!(&e, ModelError::Failed(m) if m.contains(want)), "{want}: {e:?}");
+    }
+    let cut = p.generate(&ask("hi"), &CancellationToken::new()).await.unwrap();
+    assert_eq!(cut.finish_reason, Some(FinishReason::Length));
+    assert!(cut.text.starts_with("word word") && cut.text.len() < 500, "{}", cut.text);
+
+    let bad_usage = json!({"output": {"message": {"role": "assistant", "content": [{"text": "hi"}]}},
+        "stopReason": "end_turn", "usage": {"inputTokens": "100", "outputTokens": 1, "totalTokens": 1}});
+    let server = Server::start(vec![Reply::json(200, bad_usage.to_string())]).await;
+    let r = provider(&server, false).generate(&ask("hi"), &CancellationToken::new()).await.unwrap();
+    assert_eq!((r.text.as_str(), r.usage), ("hi", None));
+}

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::tool::{Tool, ToolSpec};
-use crate::validate::{ArgsValidator, ArgumentError};
+use crate::validate::{ArgsValidator, ArgumentError, same_name};
 
 /// Why a registry could not be built.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -70,6 +70,12 @@ pub enum CallError {
         /// Each offending value, by JSON pointer.
         errors: Vec<ArgumentError>,
     },
+}
+
+#[cold]
+#[inline(never)]
+fn invalid_arguments(name: &str, errors: Vec<ArgumentError>) -> CallError {
+    CallError::InvalidArguments { name: name.to_owned(), errors }
 }
 
 fn join_errors(errors: &[ArgumentError]) -> String {
@@ -192,12 +198,18 @@ impl Registry {
 
     /// The index of the tool with that name: a scan for a few tools (cheaper than hashing the name),
     /// the hash index for more.
+    #[inline(always)]
     fn position(&self, name: &str) -> Option<usize> {
         if self.specs.len() <= 8 {
-            self.specs.iter().position(|s| s.name == name)
+            self.specs.iter().position(|s| same_name(&s.name, name))
         } else {
-            self.index.get(name).copied()
+            self.indexed(name)
         }
+    }
+
+    #[inline(never)]
+    fn indexed(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
     }
 
     /// The tool with that name.
@@ -217,16 +229,21 @@ impl Registry {
 
     /// Checks a call: the tool exists and the arguments satisfy its schema. Returns the tool.
     pub fn check(&self, name: &str, arguments: &serde_json::Value) -> Result<&Arc<dyn Tool>, CallError> {
-        let Some(i) = self.position(name) else {
-            let available = self.specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ");
-            return Err(CallError::UnknownTool { name: name.to_owned(), available });
+        // The errors are built out of line, so that a valid call runs through a short function.
+        let Some(entry) = self.position(name).and_then(|i| self.entries.get(i)) else {
+            return Err(self.unknown(name));
         };
-        let entry = &self.entries[i];
-        entry
-            .validator
-            .check(arguments)
-            .map_err(|errors| CallError::InvalidArguments { name: name.to_owned(), errors })?;
-        Ok(&entry.tool)
+        match entry.validator.check(arguments) {
+            Ok(()) => Ok(&entry.tool),
+            Err(errors) => Err(invalid_arguments(name, errors)),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn unknown(&self, name: &str) -> CallError {
+        let available = self.specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ");
+        CallError::UnknownTool { name: name.to_owned(), available }
     }
 }
 

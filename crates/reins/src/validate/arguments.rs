@@ -69,6 +69,7 @@ impl ArgsValidator {
     /// Checks arguments: `Ok` or the errors to report, each worded by jsonschema. The specialised validator
     /// answers the common valid call; every call it does not pass is checked again on the jsonschema path,
     /// which gives the verdict and the errors.
+    #[inline]
     pub(crate) fn check(&self, args: &Value) -> Result<(), Vec<ArgumentError>> {
         if self.simple.as_ref().is_some_and(|s| s.is_valid(args)) {
             return Ok(());

@@ -19,6 +19,7 @@ pub(crate) use arguments::ArgsValidator;
 #[doc(hidden)]
 pub use arguments::compare_with_jsonschema;
 pub use arguments::{ArgumentError, MAX_SAFE_INTEGER};
+pub(crate) use simple::same_name;
 
 /// Why a model response was refused. The run ends `model_error` with this message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -14,6 +14,13 @@
 //!
 //! It answers only "valid or not", with the number rule of [`super::arguments`] built in: a number beyond
 //! ±2^53 anywhere makes the call invalid (the jsonschema path then words the errors).
+//!
+//! How a call is checked without allocating or re-reading the schema: types are a bit mask; an object's
+//! properties are a slice sorted by name, the order in which a `serde_json::Map` yields its keys, so an
+//! object that gives exactly the listed properties is checked by walking its entries and the slice side by
+//! side, and any other by trying the property after the last found before searching; names of at most 16
+//! bytes are compared by their length and two words (no `memcmp` call); required properties are counted,
+//! not looked up; the root `type: "object"` is checked with no dispatch.
 
 use serde_json::{Map, Number, Value};
 
@@ -62,6 +69,10 @@ enum Node {
     Never,
     /// Only `type` (the most common property schema): checked inline.
     Types(u8),
+    /// `type: "object"` and object keywords only (an argument schema's root, a row of an array).
+    Object(Box<ObjectChecks>),
+    /// `type: "array"` and array keywords only.
+    Array(Box<ArrayChecks>),
     Check(Box<Checks>),
 }
 
@@ -82,29 +93,41 @@ struct Checks {
 
 #[derive(Debug)]
 struct ObjectChecks {
-    /// By name; sorted when there are more than [`SCAN_PROPERTIES`].
-    properties: Vec<Property>,
+    /// Sorted by name, the order in which a `serde_json::Map` (a `BTreeMap`) yields its keys, so that the
+    /// property a key names is most often the one after the last found.
+    properties: Box<[Property]>,
     /// How many of `properties` are required.
     required_known: usize,
     /// Required names that `properties` does not list.
-    required_other: Vec<String>,
+    required_other: Box<[String]>,
     additional: Node,
-    min: Option<u64>,
-    max: Option<u64>,
+    /// `minProperties` and `maxProperties` (0 and `usize::MAX` when absent).
+    min: usize,
+    max: usize,
 }
 
 #[derive(Debug)]
 struct Property {
-    name: String,
+    key: Key,
     node: Node,
     required: bool,
+}
+
+/// A property name, compared with a key without a call to `memcmp` when it is at most 16 bytes long: its
+/// length and its first and last 8 (or 4) bytes, which overlap and so cover every byte.
+#[derive(Debug)]
+struct Key {
+    name: String,
+    head: u64,
+    tail: u64,
 }
 
 #[derive(Debug)]
 struct ArrayChecks {
     items: Node,
-    min: Option<u64>,
-    max: Option<u64>,
+    /// `minItems` and `maxItems` (0 and `usize::MAX` when absent).
+    min: usize,
+    max: usize,
 }
 
 impl Simple {
@@ -122,8 +145,13 @@ impl Simple {
     }
 
     /// Whether `value` is valid: the same verdict as the jsonschema path of [`super::arguments`].
+    #[inline]
     pub(crate) fn is_valid(&self, value: &Value) -> bool {
-        self.root.is_valid(value)
+        // Arguments are an object, and most roots are `type: "object"`: checked without a dispatch.
+        match (&self.root, value) {
+            (Node::Object(checks), Value::Object(map)) => checks.is_valid(map),
+            (root, value) => root.is_valid_outlined(value),
+        }
     }
 }
 
@@ -188,6 +216,21 @@ fn node(schema: &Value, depth: usize, root: bool) -> Option<Node> {
     if only_types {
         return Some(Node::Types(checks.types));
     }
+    let only_containers = checks.allowed.is_none()
+        && checks.min_length.is_none()
+        && checks.max_length.is_none()
+        && checks.lower.is_empty()
+        && checks.upper.is_empty();
+    if only_containers && checks.types == OBJECT && checks.array.is_none() {
+        if let Some(object) = checks.object.take() {
+            return Some(Node::Object(Box::new(object)));
+        }
+    }
+    if only_containers && checks.types == ARRAY && checks.object.is_none() {
+        if let Some(array) = checks.array.take() {
+            return Some(Node::Array(Box::new(array)));
+        }
+    }
     // `enum`/`const` values whose type is not admitted are never met; they change nothing.
     Some(Node::Check(Box::new(checks)))
 }
@@ -236,35 +279,32 @@ fn object(map: &Map<String, Value>, depth: usize) -> Option<ObjectChecks> {
     let mut properties = Vec::new();
     if let Some(props) = map.get("properties") {
         for (name, schema) in props.as_object()? {
-            properties.push(Property { name: name.clone(), node: node(schema, depth + 1, false)?, required: false });
+            properties.push(Property { key: Key::new(name), node: node(schema, depth + 1, false)?, required: false });
         }
     }
     let mut required_other: Vec<String> = Vec::new();
     if let Some(required) = map.get("required") {
         for name in required.as_array()? {
             let name = name.as_str()?;
-            match properties.iter_mut().find(|p| p.name == name) {
+            match properties.iter_mut().find(|p| p.key.name == name) {
                 Some(p) => p.required = true,
                 None if !required_other.iter().any(|r| r == name) => required_other.push(name.to_owned()),
                 None => {}
             }
         }
     }
-    if properties.len() > SCAN_PROPERTIES {
-        properties.sort_by(|a, b| a.name.cmp(&b.name));
-    }
+    properties.sort_by(|a, b| a.key.name.cmp(&b.key.name));
     let additional = match map.get("additionalProperties") {
         None => Node::Any,
         Some(schema) => node(schema, depth + 1, false)?,
     };
-    let optional_size = |key: &str| map.get(key).map(size).map_or(Some(None), |s| s.map(Some));
     Some(ObjectChecks {
         required_known: properties.iter().filter(|p| p.required).count(),
-        properties,
-        required_other,
+        properties: properties.into_boxed_slice(),
+        required_other: required_other.into_boxed_slice(),
         additional,
-        min: optional_size("minProperties")?,
-        max: optional_size("maxProperties")?,
+        min: limit(map, "minProperties", 0)?,
+        max: limit(map, "maxProperties", usize::MAX)?,
     })
 }
 
@@ -274,8 +314,65 @@ fn array(map: &Map<String, Value>, depth: usize) -> Option<ArrayChecks> {
         Some(schema @ (Value::Object(_) | Value::Bool(_))) => node(schema, depth + 1, false)?,
         Some(_) => return None,
     };
-    let optional_size = |key: &str| map.get(key).map(size).map_or(Some(None), |s| s.map(Some));
-    Some(ArrayChecks { items, min: optional_size("minItems")?, max: optional_size("maxItems")? })
+    Some(ArrayChecks { items, min: limit(map, "minItems", 0)?, max: limit(map, "maxItems", usize::MAX)? })
+}
+
+/// A count limit of `map` (`absent` when not given); a limit beyond `usize` is no limit at all.
+fn limit(map: &Map<String, Value>, key: &str, absent: usize) -> Option<usize> {
+    match map.get(key) {
+        None => Some(absent),
+        Some(value) => Some(usize::try_from(size(value)?).unwrap_or(usize::MAX)),
+    }
+}
+
+impl Key {
+    fn new(name: &str) -> Key {
+        let (head, tail) = words(name.as_bytes()).unwrap_or((0, 0));
+        Key { name: name.to_owned(), head, tail }
+    }
+
+    /// Whether `key` is this name.
+    #[inline]
+    fn matches(&self, key: &[u8]) -> bool {
+        key.len() == self.name.len()
+            && match words(key) {
+                Some(words) => words == (self.head, self.tail),
+                None => key == self.name.as_bytes(),
+            }
+    }
+}
+
+/// Whether two names are the same, compared as [`Key`] compares them (no call for names of at most 16
+/// bytes): the registry's lookup of a tool by name.
+#[inline]
+pub(crate) fn same_name(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    a.len() == b.len()
+        && match (words(a), words(b)) {
+            (Some(x), Some(y)) => x == y,
+            _ => a == b,
+        }
+}
+
+/// The two words a name of at most 16 bytes is compared by (names of one length are equal when their
+/// words are); `None` for a longer name.
+#[inline]
+fn words(k: &[u8]) -> Option<(u64, u64)> {
+    let n = k.len();
+    if n >= 8 {
+        if n > 16 {
+            return None;
+        }
+        let (Some(head), Some(tail)) = (k.first_chunk::<8>(), k.last_chunk::<8>()) else { return None };
+        Some((u64::from_le_bytes(*head), u64::from_le_bytes(*tail)))
+    } else if n >= 4 {
+        let (Some(head), Some(tail)) = (k.first_chunk::<4>(), k.last_chunk::<4>()) else { return None };
+        Some((u64::from(u32::from_le_bytes(*head)), u64::from(u32::from_le_bytes(*tail))))
+    } else {
+        // One to three bytes: the first, the middle and the last are all of them.
+        let byte = |i: usize| k.get(i).copied().map_or(0, u64::from);
+        Some((byte(0) | byte(n / 2) << 8 | byte(n.saturating_sub(1)) << 16, 0))
+    }
 }
 
 impl Node {
@@ -283,10 +380,18 @@ impl Node {
     fn is_valid(&self, value: &Value) -> bool {
         match self {
             Node::Types(types) => type_is_valid(*types, value),
+            Node::Object(checks) => matches!(value, Value::Object(map) if checks.is_valid(map)),
+            Node::Array(checks) => matches!(value, Value::Array(items) if checks.is_valid(items)),
             Node::Check(checks) => checks.is_valid(value),
             Node::Any => !has_unsafe_number(value),
             Node::Never => false,
         }
+    }
+
+    /// [`Node::is_valid`] as a call, which keeps the loops that check many values small.
+    #[inline(never)]
+    fn is_valid_outlined(&self, value: &Value) -> bool {
+        self.is_valid(value)
     }
 }
 
@@ -314,6 +419,7 @@ fn number_type_is_valid(types: u8, n: &Number) -> bool {
 }
 
 impl Checks {
+    #[inline(never)]
     fn is_valid(&self, value: &Value) -> bool {
         let admitted = |bit: u8| self.types & bit != 0;
         let listed = || self.allowed.as_ref().is_none_or(|a| a.contains(value));
@@ -360,47 +466,85 @@ impl Checks {
 
 impl ObjectChecks {
     fn is_valid(&self, map: &Map<String, Value>) -> bool {
-        let len = map.len() as u64;
-        if self.min.is_some_and(|min| len < min) || self.max.is_some_and(|max| len > max) {
+        let len = map.len();
+        if len < self.min || len > self.max {
             return false;
         }
+        // The common call gives every property the schema lists and no other: then its keys, in order, are
+        // the properties (a `BTreeMap` yields them sorted), each required one is there, and a walk side by
+        // side checks it. A key that is not the property at its place sends the call to the general walk.
+        if len == self.properties.len() && self.required_other.is_empty() {
+            let mut same = true;
+            for ((key, value), property) in map.iter().zip(&*self.properties) {
+                if !property.key.matches(key.as_bytes()) {
+                    same = false;
+                    break;
+                }
+                let valid = match &property.node {
+                    Node::Types(types) => type_is_valid(*types, value),
+                    node => node.is_valid_outlined(value),
+                };
+                if !valid {
+                    return false;
+                }
+            }
+            if same {
+                return true;
+            }
+        }
+        self.walk(map)
+    }
+
+    /// The general walk: each key's property found (the one after the last found tried first), the other
+    /// keys checked against `additionalProperties`, the required ones counted.
+    #[inline(never)]
+    fn walk(&self, map: &Map<String, Value>) -> bool {
+        let mut next = 0;
         let mut required = 0;
         for (key, value) in map {
-            match self.property(key) {
-                Some(p) => {
-                    // The common property schema, a bare `type`, checked here rather than by a call.
-                    let valid = match &p.node {
-                        Node::Types(types) => type_is_valid(*types, value),
-                        node => node.is_valid(value),
-                    };
-                    if !valid {
-                        return false;
+            let key = key.as_bytes();
+            // Keys come in the properties' order: the one after the last found is tried first, a search
+            // over all of them only when it is not that one (an optional property left out, another key).
+            let property = match self.properties.get(next) {
+                Some(p) if p.key.matches(key) => p,
+                _ => match self.find(key) {
+                    Some((i, p)) => {
+                        next = i;
+                        p
                     }
-                    required += usize::from(p.required);
-                }
-                None => {
-                    if !self.additional.is_valid(value) {
-                        return false;
-                    }
-                }
+                    None if self.additional.is_valid(value) => continue,
+                    None => return false,
+                },
+            };
+            next += 1;
+            required += usize::from(property.required);
+            // The common property schema, a bare `type`, is checked here rather than by a call.
+            let valid = match &property.node {
+                Node::Types(types) => type_is_valid(*types, value),
+                node => node.is_valid_outlined(value),
+            };
+            if !valid {
+                return false;
             }
         }
         required == self.required_known && self.required_other.iter().all(|name| map.contains_key(name))
     }
 
-    fn property(&self, key: &str) -> Option<&Property> {
-        if self.properties.len() > SCAN_PROPERTIES {
-            self.properties.binary_search_by(|p| p.name.as_str().cmp(key)).ok().map(|i| &self.properties[i])
+    /// The property named `key` and its index.
+    #[inline(never)]
+    fn find(&self, key: &[u8]) -> Option<(usize, &Property)> {
+        let i = if self.properties.len() > SCAN_PROPERTIES {
+            self.properties.binary_search_by(|p| p.key.name.as_bytes().cmp(key)).ok()?
         } else {
-            self.properties.iter().find(|p| p.name == key)
-        }
+            self.properties.iter().position(|p| p.key.matches(key))?
+        };
+        Some((i, self.properties.get(i)?))
     }
 }
-
 impl ArrayChecks {
     fn is_valid(&self, items: &[Value]) -> bool {
-        let len = items.len() as u64;
-        if self.min.is_some_and(|min| len < min) || self.max.is_some_and(|max| len > max) {
+        let len = items.len();
+        if len < self.min || len > self.max {
             return false;
         }
         items.iter().all(|item| self.items.is_valid(item))

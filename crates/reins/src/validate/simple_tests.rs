@@ -7,9 +7,24 @@ use proptest::test_runner::{Config, TestRunner};
 use serde_json::{Map, Value, json};
 
 use super::arguments::{ArgsValidator, compare_with_jsonschema};
-use super::simple::Simple;
+use super::simple::{Simple, same_name};
 
-const NAMES: &[&str] = &["a", "b", "c", "d", "e/f", "g~h"];
+/// Property names: short ones, and names of 4-7, 8-16 and more than 16 bytes (the lengths the specialised
+/// validator compares differently), in pairs that differ in one byte.
+const NAMES: &[&str] = &[
+    "a",
+    "b",
+    "c",
+    "d",
+    "e/f",
+    "g~h",
+    "name",
+    "nbme",
+    "a_longer_name",
+    "a_longer_nbme",
+    "a_very_much_longer_name",
+    "a_very_much_longer_nbme",
+];
 
 fn object_of(fields: Vec<(&str, Option<Value>)>) -> Value {
     Value::Object(fields.into_iter().filter_map(|(k, v)| v.map(|v| (k.to_owned(), v))).collect())
@@ -317,5 +332,43 @@ fn common_schemas_are_specialised() {
         (json!({"path": "a", "tags": [1]}), false),
     ] {
         assert_eq!(compare_with_jsonschema(&typed, &value), Ok(Some(valid)), "{value}");
+    }
+}
+
+/// Names are compared by their length and words, not byte by byte: names of every length up to 40, each
+/// against itself, against every name that differs from it in one byte, and against its prefixes.
+#[test]
+fn names_are_the_same_exactly_when_their_bytes_are() {
+    for len in 0..40usize {
+        let name: String = (0..len).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+        assert!(same_name(&name, &name.clone()), "{name}");
+        for i in 0..len {
+            let mut other = name.clone().into_bytes();
+            other[i] = b'_';
+            let other = String::from_utf8(other).unwrap();
+            assert!(!same_name(&name, &other), "{name} / {other}");
+            assert!(!same_name(&name, &name[..i]), "{name} / {}", &name[..i]);
+        }
+    }
+}
+
+/// Keys met out of the properties' order, optional properties left out and other keys between them are
+/// all found by the general walk.
+#[test]
+fn keys_in_any_order_are_found() {
+    let schema = json!({"type": "object", "additionalProperties": {"type": "integer"}, "required": ["b", "name"],
+        "properties": {"a": {"type": "string"}, "b": {"type": "string"}, "name": {"type": "boolean"},
+            "a_very_much_longer_name": {"type": "null"}}});
+    for (value, valid) in [
+        (json!({"a": "x", "b": "y", "name": true, "a_very_much_longer_name": null}), true),
+        (json!({"b": "y", "name": true}), true),
+        (json!({"b": "y", "c": 1, "name": true}), true),
+        (json!({"b": "y", "c": "1", "name": true}), false),
+        (json!({"a": "x", "name": true, "c": 1, "d": 2}), false),
+        (json!({"a": 1, "b": "y", "name": true, "a_very_much_longer_name": null}), false),
+        (json!({"a": "x", "b": "y", "name": true, "a_very_much_longer_nbme": null}), false),
+        (json!({"a": "x", "b": "y", "name": true, "a_very_much_longer_nbme": 3}), true),
+    ] {
+        assert_eq!(compare_with_jsonschema(&schema, &value), Ok(Some(valid)), "{value}");
     }
 }

@@ -436,3 +436,143 @@ async fn the_agent_file_can_opt_content_into_the_spans() {
     let run = one(&got, "invoke_agent");
     assert!(attr(run, "gen_ai.input.messages").is_some_and(|m| m.contains("secret-prompt")), "{run:#?}");
 }
+
+/// Serves one request per connection on 127.0.0.1, answering the `n`-th with `bodies[n]` (JSON), the last
+/// again once they run out; the server's `http://host:port/`.
+fn serve_in_turn(bodies: Vec<String>) -> String {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for (n, stream) in listener.incoming().enumerate() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut length = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).is_err() || line.trim().is_empty() {
+                    break;
+                }
+                if let Some((k, v)) = line.split_once(':')
+                    && k.eq_ignore_ascii_case("content-length")
+                {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut buf = vec![0; length];
+            let _ = reader.read_exact(&mut buf);
+            let body = &bodies[n.min(bodies.len() - 1)];
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(body.as_bytes());
+        }
+    });
+    format!("http://{addr}/")
+}
+
+/// A run whose first model refuses connections finishes on the second, and every record agrees, per step, on
+/// who answered and at what price: the chat spans (`gen_ai.response.model`, `reins.answered_by`,
+/// `reins.cost_usd`; the request attributes stay the model asked), the `model_end` events, the outcome's cost
+/// and `reins sessions show`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_a_fallback_answered_is_named_and_priced_alike_in_spans_events_outcome_and_session() {
+    let mut server = FakeCollectorServer::start().await.unwrap();
+    let dir = Dir::new("otlp-fallback");
+    let ws = dir.0.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("a.txt"), "alpha").unwrap();
+    let fixture = |name: &str| -> Value {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../reins-providers/tests/fixtures").join(name);
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    // Step 1 calls read_file, in a response that names no model (the adapter cannot say who answered);
+    // step 2 answers, naming the model that did.
+    let mut call = fixture("openai_responses/tools.json");
+    call.as_object_mut().unwrap().remove("model");
+    call["output"] = json!([{"id": "fc_1", "type": "function_call", "status": "completed", "call_id": "c1",
+        "name": "read_file", "arguments": "{\"path\":\"a.txt\"}"}]);
+    let answer = fixture("openai_responses/text.json");
+    let endpoint = serve_in_turn(vec![call.to_string(), answer.to_string()]);
+    // The first, dearer model's address refuses connections.
+    const FIRST: &str = "eu.anthropic.claude-sonnet-4-5-20250929-v1:0";
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let agent = dir.file(
+        "agent.toml",
+        &format!(
+            "model = [\"bedrock:{FIRST}\", \"azure:gpt-4o-mini\"]\n[provider]\nmax_retries = 0\n[workspace]\npath = \"{}\"\n",
+            ws.display()
+        ),
+    );
+    let (store, outcome_file) = (dir.store(), dir.0.join("outcome.json"));
+    let mut cmd = reins();
+    cmd.args(["run", "--json", "--agent", agent.to_str().unwrap(), "--store", store.to_str().unwrap()]).args([
+        "--output",
+        outcome_file.to_str().unwrap(),
+        "--otlp",
+        &server.endpoint(),
+        "read a.txt",
+    ]);
+    for var in ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OPENAI_API_KEY"] {
+        cmd.env_remove(var);
+    }
+    cmd.env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc").env("AWS_BEARER_TOKEN_BEDROCK", "k").env("AWS_REGION", "eu-west-3");
+    cmd.env("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", format!("http://{closed}"));
+    cmd.env("AZURE_OPENAI_ENDPOINT", &endpoint).env("AZURE_OPENAI_API_KEY", "k");
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let out = output(cmd).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    // The events: both steps answered by the second, each priced at its price.
+    let events: Vec<Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let ends: Vec<&Value> = events.iter().filter(|e| e["type"] == "model_end").collect();
+    assert_eq!(ends.len(), 2, "{events:#?}");
+    let mut total = 0.0;
+    for end in &ends {
+        assert_eq!(end["model"], "azure:gpt-4o-mini", "{end}");
+        total += end["cost_usd"].as_f64().unwrap_or_else(|| panic!("priced: {end}"));
+    }
+    let outcome: Value = serde_json::from_str(&std::fs::read_to_string(&outcome_file).unwrap()).unwrap();
+    let cost = outcome["cost_usd"].as_f64().unwrap_or_else(|| panic!("the outcome's cost: {outcome}"));
+    assert!(total > 0.0 && (cost - total).abs() < 1e-12, "{cost} {total}");
+
+    // The spans: asked of the first, answered by the second, at the events' cost.
+    let got = spans(&mut server, 4).await;
+    let mut chats = named(&got, &format!("chat {FIRST}"));
+    assert_eq!(chats.len(), 2, "{:#?}", got.iter().map(|s| &s.name).collect::<Vec<_>>());
+    let a =
+        |s: &ExportedSpan, k: &str| attr(s, k).unwrap_or_else(|| panic!("{} has no {k}: {:#?}", s.name, s.attributes));
+    chats.sort_by_key(|c| a(c, "reins.step"));
+    for (chat, end) in chats.iter().zip(&ends) {
+        assert_eq!(a(chat, "gen_ai.request.model"), FIRST);
+        assert_eq!(a(chat, "reins.answered_by"), "azure:gpt-4o-mini");
+        let span_cost: f64 = a(chat, "reins.cost_usd").parse().unwrap();
+        assert!((span_cost - end["cost_usd"].as_f64().unwrap()).abs() < 1e-12, "{span_cost} {end}");
+    }
+    // Named by the answering model's identity where its response did not say, else as the response did.
+    assert_eq!(a(chats[0], "gen_ai.response.model"), "gpt-4o-mini");
+    assert_eq!(a(chats[1], "gen_ai.response.model"), answer["model"].as_str().unwrap());
+    let run = one(&got, "invoke_agent");
+    let run_cost: f64 = a(run, "reins.cost_usd").parse().unwrap();
+    assert!((run_cost - cost).abs() < 1e-12, "{run_cost} {cost}");
+
+    // The session: each step says who answered, and the session's cost is the outcome's.
+    let out = reins().args(["sessions", "list", "--store", store.to_str().unwrap(), "--json"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let session = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .flat_map(|v| if v.is_array() { v.as_array().cloned().unwrap_or_default() } else { vec![v] })
+        .find(|v| v["id"].is_string())
+        .unwrap_or_else(|| panic!("no session in {text}"));
+    let session_cost = session["cost_usd"].as_f64().unwrap_or_else(|| panic!("the session's cost: {session}"));
+    assert!((session_cost - cost).abs() < 1e-12, "priced as the first: {session_cost} {cost}");
+    let id = session["id"].as_str().unwrap();
+    let out = reins().args(["sessions", "show", id, "--store", store.to_str().unwrap()]).output().unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(shown.matches("answered by azure:gpt-4o-mini (fallback)").count(), 2, "{shown}");
+    assert!(shown.contains(&format!("${cost:.4}")), "{shown}");
+}

@@ -295,3 +295,47 @@ async fn a_summary_the_second_answered_is_priced_and_named_as_the_second() {
     assert!(cost > 0.0 && (end["cost_usd"].as_f64().unwrap() - cost).abs() < 1e-12, "{end}");
     assert!((outcome.cost_usd.unwrap() - cost).abs() < 1e-12, "priced as the first: {:?}", outcome.cost_usd);
 }
+
+/// The first model of unknown price failing, a step the second (priced) answered gives the run a known cost: its
+/// steps' cost (it was left unknown, the run's model having no price).
+#[tokio::test]
+async fn a_run_a_priced_second_answered_has_a_known_cost_though_the_first_has_no_price() {
+    use reins::{Agent, Price, Status};
+    let first = Server::answering(|_| Reply::json(503, r#"{"error":{"message":"unavailable"}}"#)).await;
+    let second = Server::answering(|_| Reply::json(200, fixture("openai_chat/text.json"))).await;
+    let build = |url: String, price: Option<Price>| -> Arc<dyn Model> {
+        let b = Provider::builder(Api::OpenAiChat, "test-model")
+            .base_url(format!("{url}/v1"))
+            .api_key(Some("sk-test".into()))
+            .retry(RetryPolicy::none());
+        Arc::new(
+            match price {
+                Some(p) => b.price(p),
+                None => b,
+            }
+            .build()
+            .unwrap(),
+        )
+    };
+    let cheap = Price::new(1.0, 4.0);
+    let models = vec![build(first.url(""), None), build(second.url(""), Some(cheap))];
+    let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let e = events.clone();
+    let agent = Agent::builder(FallbackModel::new(models, Duration::ZERO))
+        .observer(move |ev: &reins::Event| {
+            e.lock().unwrap().push(serde_json::from_str::<serde_json::Value>(&ev.to_json()).unwrap());
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    let outcome = agent.run("Hello", CancellationToken::new()).await;
+    assert_eq!(outcome.status, Status::Completed, "{:?}", outcome.error);
+    assert_eq!((first.requests().len(), second.requests().len()), (1, 1));
+    let events = events.lock().unwrap().clone();
+    let end = events.iter().find(|e| e["type"] == "model_end").expect("a model_end");
+    let usage: reins::Usage = serde_json::from_value(end["usage"].clone()).unwrap();
+    let cost = cheap.cost(&usage);
+    assert!(cost > 0.0, "{cost}");
+    let got = outcome.cost_usd.expect("a known cost");
+    assert!((got - cost).abs() < 1e-12, "{got} {cost}");
+}

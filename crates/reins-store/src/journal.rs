@@ -232,9 +232,19 @@ pub(crate) fn usage_delta(r: &ModelResponse, prices: Option<Prices>) -> Delta {
             steps: 1,
             input: i64_of(u.input_tokens),
             output: i64_of(u.output_tokens),
-            cost: prices.map_or(0.0, |p| p.cost(u)),
+            cost: step_cost(r, prices).unwrap_or(0.0),
             ..Delta::default()
         },
+    }
+}
+
+/// A step's cost, when its usage and its price are known: the price of the model that answered it (a
+/// fallback's other model: [`ModelResponse::answered_by`]), else the session's.
+fn step_cost(r: &ModelResponse, prices: Option<Prices>) -> Option<f64> {
+    let u = r.usage.as_ref()?;
+    match &r.answered_by {
+        Some(by) => by.price.map(|p| p.cost(u)),
+        None => prices.map(|p| p.cost(u)),
     }
 }
 
@@ -343,7 +353,7 @@ impl RunJournal for RunLog {
             Ok(r) => {
                 let delta = usage_delta(r, self.prices);
                 // The step's own cost, when prices and usage are known (what the session view charts).
-                let cost_usd = self.prices.zip(r.usage.as_ref()).map(|_| delta.cost);
+                let cost_usd = step_cost(r, self.prices);
                 (Data { step, response: Some(r), error: None, cost_usd }, delta)
             }
             Err(e) => (Data { step, response: None, error: Some(e.to_string()), cost_usd: None }, Delta::default()),

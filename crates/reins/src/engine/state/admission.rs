@@ -47,10 +47,15 @@ impl RunState {
         };
         self.usage = usage;
         match &response.answered_by {
+            // The run's model of unknown price answered: the run's cost is unknown.
+            None if self.price.is_none() && response.usage.is_some() => self.unpriced_calls += 1,
             None => self.charge(self.price, response.usage.as_ref()),
             // Another model answered: priced at its price; without one, the run's cost is unknown.
             Some(by) if by.price.is_none() && response.usage.is_some() => self.unpriced_calls += 1,
-            Some(by) => self.charge(by.price, response.usage.as_ref()),
+            Some(by) => {
+                self.fallback_priced |= by.price.is_some();
+                self.charge(by.price, response.usage.as_ref());
+            }
         }
         self.finish_reason = response.finish_reason.clone();
         if let Some(detail) = self.token_limit_hit() {

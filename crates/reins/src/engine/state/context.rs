@@ -161,7 +161,10 @@ impl RunState {
                     self.usage = usage;
                     let price = match &r.answered_by {
                         // Another model of a fallback answered: its price (the cost unknown without one).
-                        Some(by) => by.price,
+                        Some(by) => {
+                            self.fallback_priced |= by.price.is_some();
+                            by.price
+                        }
                         None if self.own_compact_model => self.compact_price,
                         None => self.price,
                     };

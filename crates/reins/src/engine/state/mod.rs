@@ -259,10 +259,14 @@ pub struct RunState {
     /// Whether a model of its own writes the summaries (its price is `compact_price`, unknown when `None`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     own_compact_model: bool,
-    /// Calls with usage that could not be priced (summaries by a model of unknown price): the run's cost is
-    /// then unknown.
+    /// Calls with usage that could not be priced (by a model of unknown price): the run's cost is then
+    /// unknown.
     #[serde(default, skip_serializing_if = "is_zero")]
     unpriced_calls: u64,
+    /// Whether a call a fallback's other model answered was priced at its price (the run's cost can then be
+    /// known without the run's model's price).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    fallback_priced: bool,
     /// What the run cost so far, in US dollars (with a price).
     #[serde(default)]
     cost_usd: f64,

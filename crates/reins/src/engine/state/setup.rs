@@ -46,6 +46,7 @@ impl RunState {
             compact_price: None,
             own_compact_model: false,
             unpriced_calls: 0,
+            fallback_priced: false,
             cost_usd: 0.0,
             finish_reason: None,
             pending_reasoning: Vec::new(),
@@ -143,9 +144,11 @@ impl RunState {
         self.price.as_ref()
     }
 
-    /// What the run cost so far in US dollars, when the model's price is known.
+    /// What the run cost so far in US dollars, when the model's price is known (or, the run's model being of
+    /// unknown price, every call was answered by a fallback's model of known price).
     pub fn cost_usd(&self) -> Option<f64> {
-        self.price.filter(|_| self.unpriced_calls == 0).map(|_| self.cost_usd)
+        let priced = self.price.is_some() || self.fallback_priced;
+        Some(self.cost_usd).filter(|_| priced && self.unpriced_calls == 0)
     }
 
     /// The run's instructions, if any.

@@ -542,6 +542,11 @@ fn failure_of(error_type: &str, status: u16, message: &str) -> Failure {
         "validationexception" | "resourcenotfoundexception" | "modelerrorexception" => {
             Failure::new(FailKind::Rejected(if status >= 400 { status } else { 400 }), text)
         }
+        // A type Reins does not know: by its status, as the other adapters classify one.
+        _ if crate::retry::retryable_status(status) => {
+            Failure::transient(format!("the provider reported a transient error: {text}"))
+        }
+        _ if (400..500).contains(&status) => Failure::new(FailKind::Rejected(status), text),
         _ => Failure::new(FailKind::Failed, format!("the provider reported an error: {text}")),
     }
 }
@@ -567,9 +572,6 @@ pub(crate) fn http_error(status: u16, reason: &str, headers: &HeaderMap, content
     }
     let mut f = failure_of(&snippet(&kind, 80), status, &message);
     f.message = format!("HTTP {status}: {}", f.message);
-    if f.kind == FailKind::Failed && crate::retry::retryable_status(status) {
-        f.kind = FailKind::Transient;
-    }
     f
 }
 
@@ -796,5 +798,8 @@ mod tests {
         assert_eq!(failure_of("ValidationException", 400, "bad").kind, FailKind::Rejected(400));
         assert_eq!(failure_of("validationException", 400, "Input is too long").kind, FailKind::ContextOverflow);
         assert_eq!(failure_of("AccessDeniedException", 403, "no").kind, FailKind::Unauthorized(403));
+        assert_eq!(failure_of("NewKindOfException", 409, "x").kind, FailKind::Transient);
+        assert_eq!(failure_of("NewKindOfException", 404, "x").kind, FailKind::Rejected(404));
+        assert_eq!(failure_of("NewKindOfException", 200, "x").kind, FailKind::Failed);
     }
 }

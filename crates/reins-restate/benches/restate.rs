@@ -8,14 +8,18 @@
 //! - `inprocess-us-per-step`, `restate-us-per-step`, `restate-added-us-per-step`: a 200-step run in process and
 //!   as one durable turn (each step one model call and one `echo` call), and the difference.
 //! - `restate-us-per-step-1000`, `floor-us-per-step-1000`: the same over a 1000-step turn (a per-step cost
-//!   that grows with the run shows here; a per-turn cost weighs less). `restate-turn-ms-1-step`,
-//!   `floor-turn-ms-1-step`: one turn of one step and an answer, alone (median of five).
+//!   that grows with the run shows here; a per-turn cost weighs less; median of three alternating runs).
+//!   `restate-turn-ms-1-step`, `floor-turn-ms-1-step`: one turn of one step and an answer, alone (median of five).
 //! - `journal-bytes-step-10`, `journal-bytes-step-1000`: the journal bytes of step 10 and of step 1000 of a
 //!   1000-step durable run (the model call's and the tool call's entries; goal: equal).
 //! - `floor-us-per-step`, `restate-over-floor-percent`: the floor under a durable step — a Restate object that
 //!   journals the same entries per step as a Reins turn and does nothing else (`floor/mod.rs`) — over the same
-//!   200 steps, and how far Reins's durable step is above it. Both per-step figures are the median of three
-//!   alternating runs.
+//!   200 steps, and how far Reins's durable step is above it. Both per-step figures are the median of five
+//!   alternating runs, after one untimed turn of each (the server's first invocation is slow).
+//!
+//! The balancer sets no Nagle delay on its connections (as `reins worker` sets none on its own): with it, a
+//! turn's output written in pieces (the outcome of a long run) waited some 40 ms for a delayed acknowledgement,
+//! a cost the floor's small output never paid and a worker served directly does not pay.
 //! - `sessions-per-s-{1,2,4}-workers`: 200 concurrent sessions of one tool step and an answer, with one, two and
 //!   four workers in this process behind a round-robin balancer; `floor-sessions-per-s-{1,2,4}-endpoints`: the
 //!   same sessions of the floor.
@@ -156,13 +160,17 @@ async fn balancer(ports: Vec<u16>) -> String {
     let backends: Arc<Vec<SocketAddr>> =
         Arc::new(ports.into_iter().map(|p| SocketAddr::from(([127, 0, 0, 1], p))).collect());
     let next = Arc::new(AtomicUsize::new(0));
+    // No Nagle on either side of the balancer, as `reins worker` has none on its connections: with it, a
+    // response written in more than one piece (a turn's outcome of a long run) waited for the peer's delayed
+    // acknowledgement, some 40 ms a turn that the floor's small outputs never paid.
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.set_nodelay(true);
     let client: hyper_util::client::legacy::Client<_, Incoming> =
-        hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-            .http2_only(true)
-            .build(hyper_util::client::legacy::connect::HttpConnector::new());
+        hyper_util::client::legacy::Client::builder(TokioExecutor::new()).http2_only(true).build(connector);
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else { continue };
+            let _ = stream.set_nodelay(true);
             let (b, next, client) = (backends.clone(), next.clone(), client.clone());
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
@@ -327,8 +335,12 @@ fn main() {
         let t0 = Instant::now();
         let o = built.run("go", tokio_util::sync::CancellationToken::new()).await;
         let inproc = t0.elapsed().as_secs_f64() * 1e6 / o.steps as f64;
+        // One untimed turn of each first: the server's first invocation (and each endpoint's first connection)
+        // costs some hundreds of milliseconds that would otherwise fall on whichever ran first.
+        durable_run(&c, "s1").await;
+        floor::turn(&http, &server.ingress, 1).await;
         let (mut durable, mut floor_step) = (Vec::new(), Vec::new());
-        for _ in 0..3 {
+        for _ in 0..5 {
             let t0 = Instant::now();
             let (_, o) = durable_run(&c, "s200").await;
             durable.push(t0.elapsed().as_secs_f64() * 1e6 / o.steps as f64);
@@ -346,13 +358,20 @@ fn main() {
         emit("floor-us-per-step", floor_step, "us_per_step");
         emit("restate-over-floor-percent", (durable / floor_step - 1.0) * 100.0, "percent");
 
-        // Journal bytes per step, early and late in a long run.
-        let t0 = Instant::now();
-        let (run, o) = durable_run(&c, "s1000").await;
-        emit("restate-us-per-step-1000", t0.elapsed().as_secs_f64() * 1e6 / o.steps as f64, "us_per_step");
-        let t0 = Instant::now();
-        let (steps, _) = floor::turn(&http, &server.ingress, 1000).await;
-        emit("floor-us-per-step-1000", t0.elapsed().as_secs_f64() * 1e6 / steps as f64, "us_per_step");
+        // Over 1000 steps (three alternating runs each; the journal bytes per step, early and late, of the last).
+        let (mut long, mut floor_long, mut last) = (Vec::new(), Vec::new(), None);
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            let (run, o) = durable_run(&c, "s1000").await;
+            long.push(t0.elapsed().as_secs_f64() * 1e6 / o.steps as f64);
+            last = Some((run, o));
+            let t0 = Instant::now();
+            let (steps, _) = floor::turn(&http, &server.ingress, 1000).await;
+            floor_long.push(t0.elapsed().as_secs_f64() * 1e6 / steps as f64);
+        }
+        let Some((run, o)) = last else { fail("no 1000-step run") };
+        emit("restate-us-per-step-1000", median(long), "us_per_step");
+        emit("floor-us-per-step-1000", median(floor_long), "us_per_step");
         // One turn of one step and an answer, alone: what a turn costs besides its steps.
         let (mut one, mut floor_one) = (Vec::new(), Vec::new());
         for _ in 0..5 {

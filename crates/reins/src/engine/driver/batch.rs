@@ -27,9 +27,14 @@ use crate::spans;
 use crate::subagent::{Left, RunScope};
 use crate::tool::{ToolContext, ToolError};
 
-/// Where a batch stands in its run: what a tool call's idempotency key is made of.
+/// What every call of a batch runs with: the tools on offer, the run's token, its performer and hooks, and where
+/// the batch stands in the run (what a call's idempotency key is made of).
 #[derive(Clone, Copy)]
-pub(super) struct BatchAt<'a> {
+struct CallEnv<'a> {
+    registry: &'a Registry,
+    run_cancel: &'a CancellationToken,
+    performer: Option<&'a dyn Performer>,
+    hooked: Option<&'a Hooked<'a>>,
     step: u64,
     key_prefix: &'a Arc<str>,
     /// Whether the calls' spans carry content.
@@ -102,18 +107,17 @@ impl Run<'_> {
         fill_slots(&mut slots, &admitted, batch.len());
         // Sub-agent calls get the run's budget left and report what they spend (see `subagent`).
         let scope = left.map(|left| self.scope(left, &batch, admitted.agent_waits()));
-        let at = BatchAt { step, key_prefix: &self.key_prefix, span_content: self.span_content };
         let hooked = self.rules.hooked(self.agent);
-        let work = self.agent.run_batch(
-            &self.registry,
-            &batch,
-            &mut slots,
-            &self.run_cancel,
-            &mut self.emitter,
-            hooked.as_ref(),
-            self.performer,
-            at,
-        );
+        let env = CallEnv {
+            registry: &self.registry,
+            run_cancel: &self.run_cancel,
+            performer: self.performer,
+            hooked: hooked.as_ref(),
+            step,
+            key_prefix: &self.key_prefix,
+            span_content: self.span_content,
+        };
+        let work = self.agent.run_batch(env, &batch, &mut slots, &mut self.emitter);
         let work = async {
             match &scope {
                 Some(scope) => Arc::clone(scope).enter(work).await,
@@ -278,18 +282,8 @@ fn report_unfinished(emitter: &mut Emitter, batch: &[PlannedCall<'_>], slots: &[
 impl Agent {
     /// Runs a batch: rejected calls answer at once; runs of consecutive parallel-safe calls run
     /// concurrently; the rest one by one. Each result lands in its call's slot as soon as it is known.
-    #[allow(clippy::too_many_arguments)]
-    async fn run_batch(
-        &self,
-        registry: &Registry,
-        batch: &[PlannedCall<'_>],
-        slots: &mut [Slot],
-        run_cancel: &CancellationToken,
-        emitter: &mut Emitter,
-        hooked: Option<&Hooked<'_>>,
-        performer: Option<&dyn Performer>,
-        at: BatchAt<'_>,
-    ) {
+    async fn run_batch(&self, env: CallEnv<'_>, batch: &[PlannedCall<'_>], slots: &mut [Slot], emitter: &mut Emitter) {
+        let registry = env.registry;
         let parallel = |p: &PlannedCall<'_>| {
             matches!(p.plan, Plan::Run) && registry.get(&p.call.name).is_some_and(|t| t.parallel_safe())
         };
@@ -323,17 +317,14 @@ impl Agent {
                     continue;
                 }
                 slot.began = Some(t0);
-                let result =
-                    self.run_call_traced(registry, p, run_cancel, performer, at, hooked, &mut slot.hook_events).await;
+                let result = self.run_call_traced(env, p, &mut slot.hook_events).await;
                 slot.finish(result);
             } else {
                 let todo = batch[i..j].iter().zip(slots[i..j].iter_mut()).filter(|(_, s)| !s.reported);
                 join_all(todo.map(|(p, slot)| async move {
                     let t0 = Instant::now();
                     slot.began = Some(t0);
-                    let result = self
-                        .run_call_traced(registry, p, run_cancel, performer, at, hooked, &mut slot.hook_events)
-                        .await;
+                    let result = self.run_call_traced(env, p, &mut slot.hook_events).await;
                     slot.finish(result);
                 }))
                 .await;
@@ -344,65 +335,45 @@ impl Agent {
     }
 
     /// [`Agent::run_call`] inside the call's `execute_tool` span (a child of the run's).
-    #[allow(clippy::too_many_arguments)]
     async fn run_call_traced(
         &self,
-        registry: &Registry,
+        env: CallEnv<'_>,
         p: &PlannedCall<'_>,
-        run_cancel: &CancellationToken,
-        performer: Option<&dyn Performer>,
-        at: BatchAt<'_>,
-        hooked: Option<&Hooked<'_>>,
         hook_events: &mut Vec<EventKind>,
     ) -> CallResult {
         if !spans::on() {
-            return self.run_call(registry, p, run_cancel, performer, at, hooked, hook_events).await;
+            return self.run_call(env, p, hook_events).await;
         }
         // Boxed: the untraced call's future does not grow by the span's state.
-        Box::pin(self.run_call_in_span(registry, p, run_cancel, performer, at, hooked, hook_events)).await
+        Box::pin(self.run_call_in_span(env, p, hook_events)).await
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn run_call_in_span(
         &self,
-        registry: &Registry,
+        env: CallEnv<'_>,
         p: &PlannedCall<'_>,
-        run_cancel: &CancellationToken,
-        performer: Option<&dyn Performer>,
-        at: BatchAt<'_>,
-        hooked: Option<&Hooked<'_>>,
         hook_events: &mut Vec<EventKind>,
     ) -> CallResult {
-        let span = spans::tool_span(p.call, at.span_content);
+        let span = spans::tool_span(p.call, env.span_content);
         let unfinished = spans::Unfinished::new(&span);
-        let call = self.run_call(registry, p, run_cancel, performer, at, hooked, hook_events);
+        let call = self.run_call(env, p, hook_events);
         let result = call.instrument(span.clone()).await;
         unfinished.finished();
-        let error_type = match (p.plan, registry.get(&p.call.name)) {
+        let error_type = match (p.plan, env.registry.get(&p.call.name)) {
             (Plan::Reject { .. }, _) => "rejected",
             (Plan::Ask { .. }, _) => "undecided",
             (Plan::Run, None) => "unknown_tool",
             (Plan::Run, Some(_)) => "tool_error",
         };
-        spans::tool_result(&span, result.is_error, &result.content, error_type, at.span_content);
+        spans::tool_result(&span, result.is_error, &result.content, error_type, env.span_content);
         result
     }
 
     /// One call of a batch: refused ones answer at once; a call that runs is performed (by the performer,
     /// if any) together with its `post_tool` hooks, so what a durable performer records is the result after
     /// them (a redacted secret is never journaled).
-    #[allow(clippy::too_many_arguments)]
-    async fn run_call(
-        &self,
-        registry: &Registry,
-        p: &PlannedCall<'_>,
-        run_cancel: &CancellationToken,
-        performer: Option<&dyn Performer>,
-        at: BatchAt<'_>,
-        hooked: Option<&Hooked<'_>>,
-        hook_events: &mut Vec<EventKind>,
-    ) -> CallResult {
-        let tool = match (&p.plan, registry.get(&p.call.name)) {
+    async fn run_call(&self, env: CallEnv<'_>, p: &PlannedCall<'_>, hook_events: &mut Vec<EventKind>) -> CallResult {
+        let tool = match (&p.plan, env.registry.get(&p.call.name)) {
             (Plan::Reject { message }, _) => return CallResult::text(message.clone(), true),
             (Plan::Ask { .. }, _) => {
                 return CallResult::text("not run: the call needed a decision", true);
@@ -412,16 +383,14 @@ impl Agent {
             }
             (Plan::Run, Some(tool)) => tool,
         };
-        let step = || ToolStep { step: at.step, call: p.call, key_prefix: at.key_prefix };
-        match (performer, hooked) {
-            (None, None) => self.perform_call(tool, p, run_cancel, at).await,
-            (Some(performer), None) => {
-                performer.tool_call(step(), Box::pin(self.perform_call(tool, p, run_cancel, at))).await
-            }
+        let step = || ToolStep { step: env.step, call: p.call, key_prefix: env.key_prefix };
+        match (env.performer, env.hooked) {
+            (None, None) => self.perform_call(tool, p, env).await,
+            (Some(performer), None) => performer.tool_call(step(), Box::pin(self.perform_call(tool, p, env))).await,
             (performer, Some(ctx)) => {
                 let work = async move {
-                    let result = self.perform_call(tool, p, run_cancel, at).await;
-                    self.post_tool(ctx, p, result, run_cancel, hook_events).await
+                    let result = self.perform_call(tool, p, env).await;
+                    self.post_tool(ctx, p, result, env.run_cancel, hook_events).await
                 };
                 match performer {
                     None => work.await,
@@ -436,14 +405,14 @@ impl Agent {
         &self,
         tool: &Arc<dyn crate::tool::Tool>,
         p: &PlannedCall<'_>,
-        run_cancel: &CancellationToken,
-        at: BatchAt<'_>,
+        env: CallEnv<'_>,
     ) -> CallResult {
+        let run_cancel = env.run_cancel;
         // A call of its own to cancel exists only where the call can time out; otherwise the call hears the
         // run's token (cancellation and deadline), which spares a token per call on the hot path.
         let call_cancel = self.limits.tool_timeout.map(|_| run_cancel.child_token());
         let cancel = call_cancel.clone().unwrap_or_else(|| run_cancel.clone());
-        let ctx = ToolContext::in_run(String::from(&*p.call.id), cancel, Arc::clone(at.key_prefix), at.step);
+        let ctx = ToolContext::in_run(String::from(&*p.call.id), cancel, Arc::clone(env.key_prefix), env.step);
         // The arguments stay in the transcript: the tool reads them there (a typed tool without copying them).
         let fut = AssertUnwindSafe(tool.call_borrowed(&p.call.arguments, ctx)).catch_unwind();
         let result = match self.limits.tool_timeout {

@@ -547,6 +547,11 @@ impl ArrayChecks {
         if len < self.min || len > self.max {
             return false;
         }
-        items.iter().all(|item| self.items.is_valid(item))
+        // Rows of objects and lists of a type, the common arrays, are checked without a dispatch per item.
+        match &self.items {
+            Node::Object(checks) => items.iter().all(|item| matches!(item, Value::Object(map) if checks.is_valid(map))),
+            Node::Types(types) => items.iter().all(|item| type_is_valid(*types, item)),
+            node => items.iter().all(|item| node.is_valid(item)),
+        }
     }
 }

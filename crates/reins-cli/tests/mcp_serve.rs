@@ -780,3 +780,34 @@ fn what_a_served_agents_own_mcp_server_asks_is_forwarded_to_the_calling_client_u
         assert!(r.ends_with("they answered]"), "{results:?}");
     }
 }
+
+#[test]
+fn over_http_a_served_reins_approval_is_answered_by_the_calling_reins_on_its_terminal() {
+    let dir = Dir::new("mcp-serve-http-rounds");
+    let asker = asking_agent(&dir);
+    let (mut server, url, token) = serve_http(&dir, &[&asker]);
+    let turns = json!([
+        {"tool_calls": [{"id": "a", "name": "inner__asker", "arguments": {"task": "a"}}]},
+        {"content": "outer done"}
+    ]);
+    let mcp = format!("[mcp.inner]\nurl = {url:?}\nheaders = {{ Authorization = \"Bearer {token}\" }}");
+    let outer = agent(&dir, "outer", &turns, &mcp);
+    let outcome = dir.0.join("outcome.json");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_reins"));
+    c.args(["run", "--agent", path(&outer), "--store", path(&dir.store()), "--output", path(&outcome), "go"])
+        .env("XDG_CONFIG_HOME", dir.0.join("no-config"))
+        .env("TERM", "xterm");
+    let options = rexpect::reader::Options::new().timeout_ms(Some(60_000)).strip_ansi_escape_codes(true);
+    let mut p = rexpect::session::spawn_with_options(c, options).unwrap();
+    p.exp_string("MCP server \"inner\" asks: Reins agent \"asker\" asks to call echo").unwrap();
+    p.exp_string("approve (boolean").unwrap();
+    p.send_line("yes").unwrap();
+    p.exp_eof().unwrap();
+    let o: Value = serde_json::from_str(&std::fs::read_to_string(&outcome).unwrap()).unwrap();
+    let results = tool_results(&o);
+    assert!(results[0]["content"].as_str().unwrap().starts_with("done"), "{o}");
+    assert_eq!(inner_decisions(&dir, &o), [json!("approve")]);
+    let pid = i32::try_from(server.id()).unwrap();
+    assert_eq!(Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap().code(), Some(0));
+    assert_eq!(server.wait().unwrap().code(), Some(0));
+}

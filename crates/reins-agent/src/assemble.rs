@@ -337,7 +337,8 @@ impl AgentDef {
         let ws = Arc::new(Workspace::open_with(root, ws_config).map_err(|e| invalid(e.to_string()))?);
         let read_only = self.workspace.read_only == Some(true);
         // The tools that only read are the parallel-safe ones.
-        tools.extend(reins_tools::file_tools(ws.clone()).into_iter().filter(|t| !read_only || t.parallel_safe()));
+        let mut own: Vec<Arc<dyn Tool>> =
+            reins_tools::file_tools(ws.clone()).into_iter().filter(|t| !read_only || t.parallel_safe()).collect();
         let mut runner = None;
         if !self.presets.is_empty() {
             let c = &self.commands;
@@ -358,9 +359,13 @@ impl AgentDef {
             let r = Arc::new(
                 CommandRunner::new(ws.clone(), self.presets.clone(), cmd).map_err(|e| invalid(e.to_string()))?,
             );
-            tools.push(Arc::new(RunCommand::new(r.clone())));
+            own.push(Arc::new(RunCommand::new(r.clone())));
             runner = Some(r);
         }
+        // A result over the bound is written whole beneath the workspace's scratch folder (`.reins/spill/`),
+        // where the model can read it back; the model is shown its head and tail (in a read-only workspace, only
+        // cut). The test tools are left as they are: their results are only cut, by the run's bound.
+        tools.extend(reins_tools::SpillTool::wrap_all(own, self.spill(ws.host_root())));
         Ok(WorkspaceTools { tools, workspace: Some(ws), runner })
     }
 
@@ -401,10 +406,16 @@ impl AgentDef {
         // With a workspace, a result over the bound is written whole beneath its scratch folder (`.reins/spill/`),
         // where the model can read it back; the model is shown its head and tail.
         if let Some(root) = &self.workspace.path {
-            let cut = self.context.max_tool_result_chars.map_or(DEFAULT_MAX_TOOL_RESULT_CHARS, |n| n.get());
-            mcp.set_spill(root, usize::try_from(cut).unwrap_or(usize::MAX));
+            mcp.set_spill_with(&self.spill(root));
         }
         Ok(Some(Arc::new(mcp)))
+    }
+
+    /// How results over the run's bound are spilled beneath the workspace at `root` (read-only: only cut).
+    fn spill(&self, root: &std::path::Path) -> reins_tools::Spill {
+        let cut = self.context.max_tool_result_chars.map_or(DEFAULT_MAX_TOOL_RESULT_CHARS, |n| n.get());
+        reins_tools::Spill::new(root, usize::try_from(cut).unwrap_or(usize::MAX))
+            .read_only(self.workspace.read_only == Some(true))
     }
 
     /// The limits of a run.

@@ -34,7 +34,8 @@ pub mod result;
 #[cfg(feature = "server")]
 pub mod serve;
 pub mod server;
-pub mod spill;
+/// The spill writer, shared with the built-in tools (it lives in `reins-tools`).
+pub use reins_tools::spill;
 pub mod tools;
 
 pub use config::{

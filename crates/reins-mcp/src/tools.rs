@@ -153,8 +153,13 @@ impl McpTools {
     /// Writes every result over `max_chars` whole to a file beneath the scratch folder of the workspace at
     /// `root` (see [`crate::spill`]); the model gets its head and tail and the file's name.
     pub fn set_spill(&self, root: &std::path::Path, max_chars: usize) {
+        self.set_spill_with(&crate::spill::Spill::new(root, max_chars));
+    }
+
+    /// [`McpTools::set_spill`] with every setting of the spill given (a read-only workspace, the folder's bounds).
+    pub fn set_spill_with(&self, spill: &crate::spill::Spill) {
         for s in &self.servers {
-            s.set_spill(crate::spill::Spill { root: root.to_owned(), max_chars });
+            s.set_spill(spill.clone());
         }
     }
 

@@ -20,6 +20,7 @@ pub mod lifeline;
 pub mod output;
 pub mod sandbox;
 pub mod search;
+pub mod spill;
 pub mod workspace;
 
 pub use command::{
@@ -37,6 +38,7 @@ pub use sandbox::{
     PreparedSandbox, SandboxError, SandboxMode, SandboxRequest, SandboxSupport, prepare, prepare_with, probe,
 };
 pub use search::{MAX_IGNORE_FILE_BYTES, SearchError, SearchMatch, SearchQuery, SearchReport, search};
+pub use spill::{Spill, SpillTool};
 pub use workspace::{
     DEFAULT_MAX_READ_BYTES, DEFAULT_PROTECTED, DirEntry, EntryKind, Listing, MAX_SCAN_DEPTH, PROTECTED_SCAN_LIMIT,
     ProtectedScan, RelPath, Resolver, Workspace, WorkspaceConfig, WorkspaceError, WriteReport, display_name,

@@ -56,6 +56,12 @@ pub(super) struct Slot {
 }
 
 impl Slot {
+    /// The slot as [`Slot::default`] makes it, its storage for hook events kept.
+    fn reset(&mut self) {
+        (self.started, self.reported, self.began, self.ended, self.result) = (false, false, None, None, None);
+        self.hook_events.clear();
+    }
+
     /// Records the call's result, and when it ended (now).
     fn finish(&mut self, result: CallResult) {
         self.ended = Some(Instant::now());
@@ -236,7 +242,10 @@ fn tools_changed(old: &Arc<Registry>, next: &Arc<Registry>) -> Option<EventKind>
 /// A slot for each of the batch's `n` calls (in `slots`, emptied first); calls that ran before a sub-agent of the
 /// batch stopped it for a decision keep their results and do not run again.
 fn fill_slots(slots: &mut Vec<Slot>, admitted: &Batch<'_>, n: usize) {
-    slots.clear();
+    slots.truncate(n);
+    for slot in slots.iter_mut() {
+        slot.reset();
+    }
     slots.resize_with(n, Slot::default);
     if admitted.has_held() {
         for (i, slot) in slots.iter_mut().enumerate() {

@@ -68,21 +68,19 @@ impl Run<'_> {
         let call = perform_model(self.performer, ModelStep { step, summary: false }, caught(generate));
         let result = self.waits.guard(call).await;
         drop(request);
-        let result = match result {
-            // A response that arrives once the caller cancelled is not counted.
-            Ok(_) if self.cancelled() => Err(Interrupt::Cancelled),
-            other => other,
-        };
-        let t1 = Instant::now();
-        let timed = Timed { t0, elapsed: t1.saturating_duration_since(t0), t1 };
+        // Matched once, so the response is not moved again on its way to the state machine.
         let response = match result {
-            Err(i) => {
+            Ok(r) if !self.cancelled() => r,
+            // A response that arrives once the caller cancelled is not counted.
+            other => {
+                let i = other.err().unwrap_or(Interrupt::Cancelled);
                 spans::fail(&chat, i.status().as_str(), &i.reason(&self.limits));
                 self.stop(state, i);
                 return;
             }
-            Ok(r) => r,
         };
+        let t1 = Instant::now();
+        let timed = Timed { t0, elapsed: t1.saturating_duration_since(t0), t1 };
         let admission = self.admit(state, step, &chat, response);
         drop(chat);
         self.report_response(state, step, &admission, timed);

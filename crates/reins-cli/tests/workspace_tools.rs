@@ -202,3 +202,31 @@ fn a_config_protected_list_keeps_git_protected() {
     assert_eq!(std::fs::read_to_string(ws.join(".git/config")).expect("read"), "[core]\n");
     assert!(!ws.join(".git/hooks-x").exists());
 }
+
+/// The agent's workspace tools spill a result over `--max-tool-result-chars` to `.reins/spill/` (named in the
+/// marker); under `--read-only` nothing is written and the marker says so.
+#[test]
+fn a_large_read_is_spilled_beneath_the_workspace_and_only_cut_when_read_only() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).expect("mkdir");
+    let text: String = (1..=2_000).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(ws.join("big.txt"), &text).expect("write");
+    let ws_arg = ws.to_string_lossy().into_owned();
+    let script = calls(json!([{"id": "1", "name": "read_file", "arguments": {"path": "big.txt"}}]));
+    let base = ["--workspace", ws_arg.as_str(), "--max-tool-result-chars", "1000"];
+    let (out, outcome) = run(tmp.path(), script.clone(), &base);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let shown = tool_results(&outcome.expect("outcome"))[0].0.clone();
+    assert!(shown.chars().count() <= 1_000 && shown.starts_with("line 1\n"), "{shown}");
+    let file = shown.split("is in ").nth(1).and_then(|s| s.split(':').next()).expect("a file named");
+    assert!(file.starts_with(".reins/spill/read_file-"), "{file}");
+    assert_eq!(std::fs::read_to_string(ws.join(file)).expect("spill file"), text);
+    std::fs::remove_dir_all(ws.join(".reins")).expect("rm");
+    let (out, outcome) = run(tmp.path(), script, &[&base[..], &["--read-only"]].concat());
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let shown = tool_results(&outcome.expect("outcome"))[0].0.clone();
+    assert!(shown.chars().count() <= 1_000 && shown.starts_with("line 1\n"), "{shown}");
+    assert!(shown.contains("not saved to a file: the workspace is read-only"), "{shown}");
+    assert!(!ws.join(".reins").exists());
+}

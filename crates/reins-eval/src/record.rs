@@ -1,6 +1,7 @@
 //! The record of an eval run: a directory `evals/ID/` beside the session store, holding `eval.json` (the suite as
 //! given, the agent files, the options) and `attempts.jsonl` (one line per finished attempt, appended and synced
-//! as each ends, so a crash loses at most the attempts in flight). The attempts' sessions are in the store.
+//! as each ends — those that end during one sync share the next — so a crash loses at most the attempts in flight,
+//! and an attempt counts as done only once its line is on disk). The attempts' sessions are in the store.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -217,10 +218,23 @@ impl EvalDir {
 
     /// Appends `attempt` to `attempts.jsonl` and syncs it to disk.
     pub fn append(&self, attempt: &Attempt) -> Result<(), EvalError> {
+        self.append_all([attempt])
+    }
+
+    /// Appends `attempts` to `attempts.jsonl` in one write and syncs it to disk once (a group commit: the
+    /// attempts that ended while the last sync ran share the next). None of them counts as done before this
+    /// returns.
+    pub fn append_all<'a>(&self, attempts: impl IntoIterator<Item = &'a Attempt>) -> Result<(), EvalError> {
         use std::os::unix::fs::OpenOptionsExt as _;
         let file = self.path.join("attempts.jsonl");
-        let mut line = serde_json::to_vec(attempt).map_err(|e| EvalError::Io(e.to_string()))?;
-        line.push(b'\n');
+        let mut line = Vec::new();
+        for attempt in attempts {
+            serde_json::to_writer(&mut line, attempt).map_err(|e| EvalError::Io(e.to_string()))?;
+            line.push(b'\n');
+        }
+        if line.is_empty() {
+            return Ok(());
+        }
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

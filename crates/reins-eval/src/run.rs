@@ -5,8 +5,6 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt as _;
-use futures_util::stream::FuturesUnordered;
 use tokio_util::sync::CancellationToken;
 
 use crate::check::{Check, CheckResult, Judge, Kind, Observed, Verifier, combine};
@@ -200,7 +198,14 @@ impl Eval {
         plan.retain(|(a, _, e, id)| !tries.get(&(*a, id.clone(), *e)).is_some_and(|t| t.1));
         let mut retries: VecDeque<(usize, usize, u32, String)> = VecDeque::new();
         let models = Models::default();
-        let mut inflight = FuturesUnordered::new();
+        let rooms = Rooms::default();
+        // Each attempt a task of its own (the runtime's threads share them); their records written in batches
+        // off the runtime, one sync each, while the next attempts run.
+        let mut inflight = tokio::task::JoinSet::new();
+        let mut arrived: Batch = Vec::new();
+        let mut writing: Option<tokio::task::JoinHandle<Result<Batch, EvalError>>> = None;
+        // The cost of the attempts recorded (`spent` also counts those ended and not yet on disk: the budget's).
+        let mut cost_recorded = spent;
         let mut ran = 0;
         let mut stopped = None;
         let jobs = options.jobs.max(1);
@@ -220,45 +225,80 @@ impl Eval {
                 let key = (agent, id.clone(), epoch);
                 let try_number = tries.get(&key).map_or(0, |t| t.0) + 1;
                 tries.insert(key, (try_number, false));
-                let job = AttemptJob {
-                    eval: self.meta.id.clone(),
-                    label: self.meta.agents[agent].label.clone(),
-                    agent,
-                    case: self.suite.cases[ci].clone(),
-                    epoch,
-                    try_number,
-                    def: self.defs[agent][ci].clone(),
-                    keep: options.keep,
-                    models: models.clone(),
-                };
-                let store = store.clone();
-                let cancel = cancel.clone();
-                inflight.push(async move { (ci, job.run(&store, &cancel).await) });
+                let job = self.job((agent, ci, epoch, try_number), &models, &rooms);
+                let (store, cancel) = (store.clone(), cancel.clone());
+                inflight.spawn(async move { (ci, job.run(&store, &cancel).await) });
             }
-            let Some((ci, attempt)) = inflight.next().await else { break };
-            let Some(attempt) = attempt else { continue };
-            self.dir.append(&attempt)?;
-            ran += 1;
-            spent += cost_of(&attempt);
-            tokens += tokens_of(&attempt);
-            let retrying = attempt.infra.is_some() && attempt.try_number <= options.retry_infra;
-            if retrying {
-                retries.push_back((attempt.agent, ci, attempt.epoch, attempt.case.clone()));
-            } else {
-                done += 1;
-                if attempt.passed && attempt.infra.is_none() {
-                    passed += 1;
-                }
-                if let Some(t) = tries.get_mut(&(attempt.agent, attempt.case.clone(), attempt.epoch)) {
-                    t.1 = true;
-                }
+            if writing.is_none() && !arrived.is_empty() {
+                writing = Some(write_batch(&self.dir, std::mem::take(&mut arrived)));
             }
-            progress(&Progress { attempt: &attempt, done, total, passed, cost_usd: spent, retrying });
+            let batch = tokio::select! {
+                joined = inflight.join_next(), if !inflight.is_empty() => {
+                    match joined {
+                        Some(Ok((ci, Some(attempt)))) => {
+                            // Counted against the budget at once; done once its record is on disk.
+                            spent += cost_of(&attempt);
+                            tokens += tokens_of(&attempt);
+                            arrived.push((ci, attempt));
+                        }
+                        Some(Ok((_, None))) | None => {}
+                        Some(Err(e)) => return Err(EvalError::Io(format!("an attempt's task failed: {e}"))),
+                    }
+                    continue;
+                }
+                written = async {
+                    match writing.as_mut() {
+                        Some(w) => w.await,
+                        None => std::future::pending().await,
+                    }
+                }, if writing.is_some() => written,
+                else => break,
+            };
+            writing = None;
+            let batch = batch.map_err(|e| EvalError::Io(format!("writing the eval's record failed: {e}")))??;
+            for (ci, attempt) in batch {
+                ran += 1;
+                cost_recorded += cost_of(&attempt);
+                let retrying = attempt.infra.is_some() && attempt.try_number <= options.retry_infra;
+                if retrying {
+                    retries.push_back((attempt.agent, ci, attempt.epoch, attempt.case.clone()));
+                } else {
+                    done += 1;
+                    if attempt.passed && attempt.infra.is_none() {
+                        passed += 1;
+                    }
+                    if let Some(t) = tries.get_mut(&(attempt.agent, attempt.case.clone(), attempt.epoch)) {
+                        t.1 = true;
+                    }
+                }
+                progress(&Progress { attempt: &attempt, done, total, passed, cost_usd: cost_recorded, retrying });
+            }
         }
         if stopped.is_none() && cancel.is_cancelled() {
             stopped = Some("cancelled".to_owned());
         }
         Ok(RunEnd { ran, skipped, stopped })
+    }
+
+    /// The attempt (agent, case index, epoch, try).
+    fn job(
+        &self,
+        (agent, ci, epoch, try_number): (usize, usize, u32, u32),
+        models: &Models,
+        rooms: &Rooms,
+    ) -> AttemptJob {
+        AttemptJob {
+            eval: self.meta.id.clone(),
+            label: self.meta.agents[agent].label.clone(),
+            agent,
+            case: self.suite.cases[ci].clone(),
+            epoch,
+            try_number,
+            def: self.defs[agent][ci].clone(),
+            keep: self.meta.options.keep,
+            models: models.clone(),
+            rooms: rooms.clone(),
+        }
     }
 
     /// Every attempt of the eval, in order: each epoch, each case, each agent (agent, case index, epoch, case id).
@@ -273,6 +313,15 @@ impl Eval {
         }
         plan
     }
+}
+
+/// Attempts that ended, with their case's index.
+type Batch = Vec<(usize, Attempt)>;
+
+/// Appends `batch` to the eval's record on a blocking thread: one write, one sync (a group commit).
+fn write_batch(dir: &EvalDir, batch: Batch) -> tokio::task::JoinHandle<Result<Batch, EvalError>> {
+    let dir = dir.clone();
+    tokio::task::spawn_blocking(move || dir.append_all(batch.iter().map(|(_, a)| a)).map(|()| batch))
 }
 
 /// Why no new attempt may start: the suite's cost or token budget is spent.
@@ -391,6 +440,7 @@ struct AttemptJob {
     def: reins_agent::AgentDef,
     keep: bool,
     models: Models,
+    rooms: Rooms,
 }
 
 impl AttemptJob {
@@ -412,6 +462,29 @@ impl AttemptJob {
         }
     }
 
+    /// The attempt's private directory and the workspace in it: readable by its owner only (the fixture's files
+    /// and the agent's work in it). An empty one an earlier attempt left as it found it is taken when there is one
+    /// (see [`Rooms`]). `Err` is an infrastructure failure.
+    fn workspace(&self) -> Result<(tempfile::TempDir, PathBuf), String> {
+        let (root, reused) = match self.rooms.take() {
+            Some(r) => (r, true),
+            None => {
+                let private = std::os::unix::fs::PermissionsExt::from_mode(0o700);
+                let r = tempfile::Builder::new().prefix("reins-eval-").permissions(private).tempdir();
+                (r.map_err(|e| format!("cannot make the attempt's directory: {e}"))?, false)
+            }
+        };
+        let workspace = root.path().join("workspace");
+        match &self.case.workspace {
+            Some(fixture) => (if reused { std::fs::remove_dir(&workspace) } else { Ok(()) })
+                .and_then(|()| copy_dir(fixture, &workspace))
+                .map_err(|e| format!("cannot copy the fixture {}: {e}", fixture.display()))?,
+            None if reused => {}
+            None => std::fs::create_dir(&workspace).map_err(|e| format!("cannot make the workspace: {e}"))?,
+        }
+        Ok((root, workspace))
+    }
+
     /// Runs the attempt; `None` when it was cancelled (not done).
     async fn run(mut self, store: &reins_store::Store, cancel: &CancellationToken) -> Option<Attempt> {
         let t0 = Instant::now();
@@ -421,23 +494,10 @@ impl AttemptJob {
             a.duration_ms = millis(t0.elapsed());
             Some(a)
         };
-        // Private: readable by its owner only (the fixture's files and the agent's work in it).
-        let root = match tempfile::Builder::new().prefix("reins-eval-").tempdir().and_then(|r| {
-            std::fs::set_permissions(r.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).map(|()| r)
-        }) {
-            Ok(r) => r,
-            Err(e) => return infra(attempt, format!("cannot make the attempt's directory: {e}"), t0),
+        let (root, workspace) = match self.workspace() {
+            Ok(made) => made,
+            Err(why) => return infra(attempt, why, t0),
         };
-        let workspace = root.path().join("workspace");
-        let made = match &self.case.workspace {
-            Some(fixture) => {
-                copy_dir(fixture, &workspace).map_err(|e| format!("cannot copy the fixture {}: {e}", fixture.display()))
-            }
-            None => std::fs::create_dir(&workspace).map_err(|e| format!("cannot make the workspace: {e}")),
-        };
-        if let Err(why) = made {
-            return infra(attempt, why, t0);
-        }
         self.def.workspace.path = Some(workspace.clone());
         let parts = match self.models.parts(&self.def).await {
             Ok(p) => p,
@@ -501,9 +561,43 @@ impl AttemptJob {
         attempt.passed = passed;
         if self.keep {
             attempt.workspace = Some(root.keep().join("workspace").display().to_string());
+        } else if self.def.presets.is_empty()
+            && self.def.mcp.is_empty()
+            && self.def.agents.is_empty()
+            && !self.case.checks.iter().any(|c| matches!(c.kind, Kind::Verifier(_)))
+        {
+            // Nothing of the agent's can outlive it (no command, no MCP server, no verifier): its workspace, if
+            // still empty, serves a later attempt.
+            self.rooms.give_back(root);
         }
         attempt.duration_ms = millis(t0.elapsed());
         Some(attempt)
+    }
+}
+
+/// The private directories of attempts that ended leaving their workspace empty, for later attempts of the same
+/// eval: an empty directory is as fresh as a new one, and making and removing two directories per attempt was the
+/// costliest part of a short attempt (inode allocation). Removed when the eval's run ends.
+#[derive(Clone, Default)]
+struct Rooms(std::sync::Arc<std::sync::Mutex<Vec<tempfile::TempDir>>>);
+
+impl Rooms {
+    fn take(&self) -> Option<tempfile::TempDir> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop()
+    }
+
+    /// Keeps `root` if it holds only an empty `workspace` directory (else it is removed).
+    fn give_back(&self, root: tempfile::TempDir) {
+        let only_workspace = std::fs::read_dir(root.path()).is_ok_and(|mut d| {
+            d.next().is_some_and(|e| e.is_ok_and(|e| e.file_name() == "workspace")) && d.next().is_none()
+        });
+        let workspace = root.path().join("workspace");
+        let empty = only_workspace
+            && std::fs::symlink_metadata(&workspace).is_ok_and(|m| m.is_dir())
+            && std::fs::read_dir(&workspace).is_ok_and(|mut d| d.next().is_none());
+        if empty {
+            self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(root);
+        }
     }
 }
 

@@ -53,7 +53,11 @@ impl OwnerLock {
             OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(&path).ok()?
         };
         flock(&file, FlockOperation::NonBlockingLockExclusive).ok()?;
-        let _ = file.set_len(0);
+        // Only a file left by a process that died holds a pid to clear: truncating a new, empty one would make
+        // ext4 write it back to disk when it is closed (its delayed-allocation heuristic), once per run.
+        if !file.metadata().is_ok_and(|m| m.len() == 0) {
+            let _ = file.set_len(0);
+        }
         let _ = write!(file, "{}", std::process::id());
         Some(OwnerLock { path, _file: file })
     }

@@ -147,8 +147,9 @@ impl std::fmt::Debug for Waiting {
 /// How long a background thread waits for the next run before it ends.
 const THREAD_IDLE: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// The most idle write connections a store keeps.
-const IDLE_CONNECTIONS: usize = 8;
+/// The most idle write connections a store keeps: as many as the runs an eval has at once (`--jobs 64`), so that
+/// runs beyond the eighth do not each open one anew.
+const IDLE_CONNECTIONS: usize = 64;
 
 /// One line of `reins sessions list`: the session index.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

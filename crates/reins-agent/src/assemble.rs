@@ -357,7 +357,9 @@ impl AgentDef {
             }
             cmd.sandbox = c.sandbox.unwrap_or(SandboxMode::Required);
             let r = Arc::new(
-                CommandRunner::new(ws.clone(), self.presets.clone(), cmd).map_err(|e| invalid(e.to_string()))?,
+                CommandRunner::new(ws.clone(), self.presets.clone(), cmd)
+                    .map_err(|e| invalid(e.to_string()))?
+                    .with_spill(self.spill(ws.host_root())),
             );
             own.push(Arc::new(RunCommand::new(r.clone())));
             runner = Some(r);

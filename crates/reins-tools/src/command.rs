@@ -312,6 +312,13 @@ pub struct CommandOutcome {
     pub protected_created: Vec<String>,
     /// False when the protected-path check could not look at the whole workspace (entry or depth limit).
     pub protected_check_complete: bool,
+    /// Where the whole standard output is, relative to the workspace root, when it was over the cap and the
+    /// runner spills ([`CommandRunner::with_spill`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdout_file: Option<String>,
+    /// The same for standard error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr_file: Option<String>,
 }
 
 impl CommandOutcome {
@@ -326,7 +333,16 @@ impl CommandOutcome {
             Termination::TimedOut => "timed out; the process group was killed".to_owned(),
             Termination::Cancelled => "cancelled; the process group was killed".to_owned(),
         };
-        let mut out = format!("{status}\n[stdout]\n{}", self.stdout);
+        let mut out = format!("{status}\n");
+        // First, where the model sees it even when the text is cut again: the files holding whole streams.
+        for (name, file) in [("stdout", &self.stdout_file), ("stderr", &self.stderr_file)] {
+            if let Some(file) = file {
+                out.push_str(&format!(
+                    "[the whole {name} is in {file}: read it with read_file and start_line/end_line]\n"
+                ));
+            }
+        }
+        out.push_str(&format!("[stdout]\n{}", self.stdout));
         if !self.stdout.is_empty() && !self.stdout.ends_with('\n') {
             out.push('\n');
         }
@@ -368,6 +384,7 @@ pub struct CommandRunner {
     ws: Arc<Workspace>,
     presets: BTreeMap<String, Compiled>,
     config: CommandConfig,
+    spill: Option<Arc<crate::spill::Spill>>,
 }
 
 fn valid_preset_name(name: &str) -> bool {
@@ -536,7 +553,14 @@ impl CommandRunner {
             }
             map.insert(preset.name.clone(), Compiled { preset, program, cwd, validator });
         }
-        Ok(Self { ws, presets: map, config })
+        Ok(Self { ws, presets: map, config, spill: None })
+    }
+
+    /// The runner, writing a stream over its cap whole to a spill file (see [`crate::spill`]) named in the
+    /// outcome; the model is still shown the head and tail. Nothing is written with a read-only `spill`.
+    pub fn with_spill(mut self, spill: crate::spill::Spill) -> Self {
+        self.spill = (!spill.read_only).then(|| Arc::new(spill));
+        self
     }
 
     /// The workspace.
@@ -618,8 +642,8 @@ impl CommandRunner {
         protected_guard.armed = true;
         let pgid = child.id().map(|p| p as i32);
         let mut guard = GroupGuard { pgid };
-        let out_buf = Arc::new(Mutex::new(CappedBuffer::new(cap)));
-        let err_buf = Arc::new(Mutex::new(CappedBuffer::new(cap)));
+        let out_buf = Arc::new(Mutex::new(Stream::new(cap, self.spill.clone(), "stdout")));
+        let err_buf = Arc::new(Mutex::new(Stream::new(cap, self.spill.clone(), "stderr")));
         let mut readers = tokio::task::JoinSet::new();
         if let Some(s) = child.stdout.take() {
             readers.spawn(pump(s, out_buf.clone()));
@@ -639,8 +663,8 @@ impl CommandRunner {
         let before = &protected_guard.before;
         let after = scan_protected(&self.ws).await;
         let protected_created = remove_created(&self.ws, before, &after).await;
-        let (stdout, stdout_dropped) = snapshot(&out_buf);
-        let (stderr, stderr_dropped) = snapshot(&err_buf);
+        let (stdout, stdout_dropped, stdout_file) = snapshot(&out_buf);
+        let (stderr, stderr_dropped, stderr_file) = snapshot(&err_buf);
         drop(tmp);
         Ok(CommandOutcome {
             command: name.to_owned(),
@@ -653,6 +677,8 @@ impl CommandRunner {
             sandbox: summary,
             protected_created,
             protected_check_complete: before.complete && after.complete,
+            stdout_file,
+            stderr_file,
         })
     }
 
@@ -857,7 +883,67 @@ async fn wait_for_end(
     })
 }
 
-async fn pump<R: tokio::io::AsyncRead + Unpin>(mut r: R, buf: Arc<Mutex<CappedBuffer>>) {
+/// A stream's capped buffer and, once it goes over its cap with a spill set, the file that gets all of it.
+struct Stream {
+    buf: CappedBuffer,
+    cap: usize,
+    spill: Option<Arc<crate::spill::Spill>>,
+    name: &'static str,
+    file: Option<(std::fs::File, String)>,
+    written: u64,
+    failed: bool,
+}
+
+impl Stream {
+    fn new(cap: usize, spill: Option<Arc<crate::spill::Spill>>, name: &'static str) -> Self {
+        Self { buf: CappedBuffer::new(cap), cap, spill, name, file: None, written: 0, failed: false }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        if let Some(spill) = &self.spill
+            && self.file.is_none()
+            && !self.failed
+            && self.buf.total().saturating_add(bytes.len() as u64) > self.cap as u64
+        {
+            // Nothing was dropped yet: the buffer holds all the stream so far.
+            match spill.open_file("run_command", self.name) {
+                Ok(f) => {
+                    self.file = Some(f);
+                    let so_far = self.buf.kept_bytes();
+                    self.write(&so_far);
+                }
+                Err(_) => self.failed = true,
+            }
+        }
+        if self.file.is_some() {
+            self.write(bytes);
+        }
+        self.buf.push(bytes);
+    }
+
+    /// Appends to the file, up to the spill's byte bound; a failed write gives the file up.
+    fn write(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        let limit = self.spill.as_ref().map_or(0, |s| s.max_bytes);
+        let n = (bytes.len() as u64).min(limit.saturating_sub(self.written)) as usize;
+        if let Some((f, _)) = &mut self.file
+            && f.write_all(&bytes[..n]).is_err()
+        {
+            self.file = None;
+            self.failed = true;
+        }
+        self.written += n as u64;
+    }
+
+    /// The file when the stream went over its cap and was written whole (within the spill's byte bound).
+    fn whole_file(&self) -> Option<String> {
+        let limit = self.spill.as_ref().map_or(0, |s| s.max_bytes);
+        let whole = self.written == self.buf.total() && self.written <= limit;
+        self.file.as_ref().filter(|_| whole && self.buf.dropped() > 0).map(|(_, p)| p.clone())
+    }
+}
+
+async fn pump<R: tokio::io::AsyncRead + Unpin>(mut r: R, buf: Arc<Mutex<Stream>>) {
     let mut chunk = [0u8; 8192];
     loop {
         match r.read(&mut chunk).await {
@@ -870,10 +956,10 @@ async fn pump<R: tokio::io::AsyncRead + Unpin>(mut r: R, buf: Arc<Mutex<CappedBu
     }
 }
 
-fn snapshot(buf: &Arc<Mutex<CappedBuffer>>) -> (String, u64) {
+fn snapshot(buf: &Arc<Mutex<Stream>>) -> (String, u64, Option<String>) {
     match buf.lock() {
-        Ok(b) => (b.render(), b.dropped()),
-        Err(_) => (String::new(), 0),
+        Ok(b) => (b.buf.render(), b.buf.dropped(), b.whole_file()),
+        Err(_) => (String::new(), 0, None),
     }
 }
 

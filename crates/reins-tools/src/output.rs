@@ -62,6 +62,14 @@ impl CappedBuffer {
         self.total
     }
 
+    /// The bytes kept, head then tail (all the stream while nothing was dropped).
+    pub fn kept_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.held());
+        out.extend_from_slice(&self.head);
+        out.extend(self.tail.iter().copied());
+        out
+    }
+
     /// The kept text, lossily decoded, with a marker where bytes were dropped.
     pub fn render(&self) -> String {
         let mut out = String::from_utf8_lossy(&self.head).into_owned();

@@ -110,6 +110,24 @@ impl Spill {
     /// Writes `text` to a new file under [`SPILL_DIR`], then removes the oldest beyond the folder's bounds;
     /// returns the new file's path relative to the root.
     fn write(&self, text: &str, server: &str, tool: &str) -> std::io::Result<String> {
+        let (mut file, rel) = self.open_file(server, tool)?;
+        file.write_all(text.as_bytes())?;
+        file.flush()?;
+        drop(file);
+        // Best effort: a file that cannot be listed or removed stays.
+        if let Some(name) = rel.rsplit('/').next() {
+            let _ = prune(&self.root.join(SPILL_DIR), name, self.max_files, self.max_bytes);
+        }
+        Ok(rel)
+    }
+
+    /// A new, empty spill file named after `server` (empty for a built-in tool) and `tool`, and its path relative
+    /// to the root, for a caller that writes it as it goes (a command's stream over its cap). The oldest files
+    /// beyond the folder's bounds are removed first. Refused (an error) for a read-only workspace.
+    pub fn open_file(&self, server: &str, tool: &str) -> std::io::Result<(std::fs::File, String)> {
+        if self.read_only {
+            return Err(std::io::Error::other("the workspace is read-only"));
+        }
         let scratch = private_dir(&self.root.join(SCRATCH_DIR))?;
         let ignore = scratch.join(".gitignore");
         if std::fs::symlink_metadata(&ignore).is_err() {
@@ -126,13 +144,9 @@ impl Spill {
         };
         let prefix = if server.is_empty() { safe(tool) } else { format!("{}__{}", safe(server), safe(tool)) };
         let name = format!("{prefix}-{stamp}-{}-{n}.txt", std::process::id());
-        let mut file = create_new(&dir.join(&name))?;
-        file.write_all(text.as_bytes())?;
-        file.flush()?;
-        drop(file);
-        // Best effort: a file that cannot be listed or removed stays.
+        let file = create_new(&dir.join(&name))?;
         let _ = prune(&dir, &name, self.max_files, self.max_bytes);
-        Ok(format!("{SPILL_DIR}/{name}"))
+        Ok((file, format!("{SPILL_DIR}/{name}")))
     }
 }
 

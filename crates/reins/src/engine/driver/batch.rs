@@ -146,7 +146,7 @@ impl Run<'_> {
         batch: &[PlannedCall<'_>],
         slots: &[Slot],
     ) -> (Option<(Status, String)>, Cow<'static, str>) {
-        let end = interrupted.or_else(|| self.interrupted()).map(|i| {
+        let end = interrupted.or_else(|| self.interrupted_settled()).map(|i| {
             self.run_cancel.cancel();
             (i.status(), i.reason(&self.limits))
         });

@@ -128,9 +128,16 @@ impl Waits<'_> {
 
 /// Whether the caller cancelled, read without the token's lock (which `CancellationToken::is_cancelled` takes):
 /// a waiter registered on the token once per run sets the flag, since the token wakes its waiters as it is
-/// cancelled, before its `cancel` returns. It says what `is_cancelled` says.
+/// cancelled, before its `cancel` returns.
+///
+/// The flag can lag the token: a token marks itself cancelled, then wakes its children's waiters (the run's
+/// own token, which the model and the tools watch) and only then its own. So a call that ends *because* of the
+/// cancellation can finish before the flag is set; what comes after a call asks [`CancelFlag::settled`], which
+/// falls back to the token's own answer when the flag is not set yet.
 pub(super) struct CancelFlag {
     fired: Arc<Fired>,
+    /// The caller's token, asked when the flag is not set (see [`CancelFlag::settled`]).
+    token: CancellationToken,
     /// The registered waiter, kept for the run (dropping it takes it off the token).
     _waiter: Pin<Box<WaitForCancellationFutureOwned>>,
 }
@@ -157,13 +164,20 @@ impl CancelFlag {
         if waiter.as_mut().poll(&mut std::task::Context::from_waker(&waker)).is_ready() {
             fired.0.store(true, Ordering::Release);
         }
-        CancelFlag { fired, _waiter: waiter }
+        CancelFlag { fired, token: token.clone(), _waiter: waiter }
     }
 
-    /// Whether the token fired.
+    /// Whether the token fired, as far as the flag knows (it may lag the token by a moment: see the type).
     #[inline]
     pub(super) fn is_set(&self) -> bool {
         self.fired.0.load(Ordering::Acquire)
+    }
+
+    /// Whether the token fired, exactly: the flag, else the token itself (its lock taken only then). Asked
+    /// after a call ended, since the call may have ended because of the cancellation.
+    #[inline]
+    pub(super) fn settled(&self) -> bool {
+        self.is_set() || self.token.is_cancelled()
     }
 }
 
@@ -428,10 +442,23 @@ impl<'a> Run<'a> {
         self.session_id.as_deref().or(self.performer.and_then(|p| p.session_id()))
     }
 
-    /// Whether the run was interrupted by now (the caller cancelled, or the deadline passed).
+    /// Whether the run was interrupted by now (the caller cancelled, or the deadline passed), as far as the
+    /// cancellation flag knows (before a step; after a call, [`Run::interrupted_settled`]).
     #[inline]
     pub(super) fn interrupted(&self) -> Option<Interrupt> {
-        if self.waits.cancel.is_set() {
+        self.interrupted_as(self.waits.cancel.is_set())
+    }
+
+    /// Whether the run was interrupted by now, asked after calls ended: they may have ended because the
+    /// caller cancelled, before the flag knew (see [`CancelFlag`]).
+    #[inline]
+    pub(super) fn interrupted_settled(&self) -> Option<Interrupt> {
+        self.interrupted_as(self.waits.cancel.settled())
+    }
+
+    #[inline]
+    fn interrupted_as(&self, cancelled: bool) -> Option<Interrupt> {
+        if cancelled {
             Some(Interrupt::Cancelled)
         } else if self.waits.deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
             Some(Interrupt::Deadline)
@@ -442,7 +469,7 @@ impl<'a> Run<'a> {
 
     /// Whether the caller cancelled the run.
     pub(super) fn cancelled(&self) -> bool {
-        self.waits.cancel.is_set()
+        self.waits.cancel.settled()
     }
 
     /// Ends the run interrupted: its calls are cancelled and the state records why.
@@ -560,4 +587,52 @@ fn fail_outcome(outcome: &mut Outcome, e: JournalError) {
         None => format!("{e} (the run had ended {})", outcome.status),
     });
     outcome.status = Status::Aborted;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CancelFlag;
+    use std::sync::{Arc, Mutex};
+    use std::task::{Context, Wake, Waker};
+    use tokio_util::sync::CancellationToken;
+
+    /// A waker that, when woken, writes down what a run's cancellation flag says at that moment.
+    struct Witness {
+        flag: Arc<Mutex<Option<CancelFlag>>>,
+        seen: Mutex<Option<(bool, bool)>>,
+    }
+
+    impl Wake for Witness {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+
+        fn wake_by_ref(self: &Arc<Self>) {
+            let flag = self.flag.lock().ok();
+            let said = flag.as_ref().and_then(|f| f.as_ref()).map(|f| (f.is_set(), f.settled()));
+            if let Ok(mut seen) = self.seen.lock() {
+                *seen = said;
+            }
+        }
+    }
+
+    /// What the stop-29 chat test hit on a busy machine: a call watching the run's own token (a child of the
+    /// caller's) is woken by the caller's cancellation before the flag is, so a call that ended because of it
+    /// looked like one that failed. `settled` says cancelled at that moment; the flag alone does not yet.
+    #[test]
+    fn a_call_woken_by_the_cancellation_sees_it_settled_before_the_flag_is_set() {
+        let caller = CancellationToken::new();
+        let flag = Arc::new(Mutex::new(Some(CancelFlag::new(&caller))));
+        let run = caller.child_token();
+        let witness = Arc::new(Witness { flag: Arc::clone(&flag), seen: Mutex::new(None) });
+        let waker = Waker::from(Arc::clone(&witness));
+        let mut call = Box::pin(run.cancelled_owned());
+        assert!(std::future::Future::poll(call.as_mut(), &mut Context::from_waker(&waker)).is_pending());
+        caller.cancel();
+        let seen = witness.seen.lock().ok().and_then(|s| *s);
+        // (flag, settled) as the call is woken: the flag lags (tokio-util wakes children first), settled does not.
+        assert_eq!(seen, Some((false, true)), "what the run knew when the call was woken");
+        let after = flag.lock().ok().and_then(|f| f.as_ref().map(CancelFlag::is_set));
+        assert_eq!(after, Some(true), "the flag is set once cancel returns");
+    }
 }

@@ -33,5 +33,5 @@ pub use record::{AgentRecord, Attempt, EvalDir, EvalLock, EvalMeta, Options, eva
 pub use report::{
     AgentSummary, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CaseSummary, Diff, Flip, Summary, diff, diff_text, junit, table,
 };
-pub use run::{Eval, Progress, RunEnd, completed, copy_dir, final_attempts, rescore};
+pub use run::{Eval, Progress, RunEnd, completed, copy_dir, final_attempts};
 pub use suite::{Case, CaseFile, MAX_SUITE_BYTES, Suite, SuiteFile, agent_for, load_agent};

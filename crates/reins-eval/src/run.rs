@@ -613,21 +613,6 @@ pub fn completed(seen: &Observed) -> CheckResult {
     }
 }
 
-/// Rescoring `seen` with `checks` (no verifier run, no judge asked: those keep `recorded`'s result).
-pub fn rescore(checks: &[Check], seen: &Observed, recorded: &[CheckResult]) -> Vec<CheckResult> {
-    let mut out = Vec::new();
-    for c in checks {
-        match &c.kind {
-            Kind::Verifier(_) | Kind::Judge(_) => match recorded.iter().find(|r| r.kind == c.name) {
-                Some(r) => out.push(r.clone()),
-                None => out.push(c.score(seen)),
-            },
-            _ => out.push(c.score(seen)),
-        }
-    }
-    out
-}
-
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

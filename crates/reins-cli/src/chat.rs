@@ -507,16 +507,16 @@ fn show(event: &Event, streamed: &AtomicBool) -> Result<(), ObserverError> {
     let own = event.agent.is_none();
     match &event.kind {
         EventKind::ModelStart { .. } if own => streamed.store(false, Ordering::SeqCst),
-        EventKind::ModelEnd { text, .. } if own => {
+        EventKind::ModelEnd(end) if own => {
             if !streamed.swap(false, Ordering::SeqCst) {
-                if let Some(t) = text.as_deref().filter(|t| !t.trim().is_empty()) {
+                if let Some(t) = end.text.as_deref().filter(|t| !t.trim().is_empty()) {
                     outln!("{t}");
                     crate::output::flush_stdout();
                 }
             }
         }
         // The question itself is the approver's; the start and end of a turn say nothing new here.
-        EventKind::ApprovalRequested { .. } | EventKind::RunStart { .. } | EventKind::RunEnd { .. } if own => {}
+        EventKind::ApprovalRequested { .. } | EventKind::RunStart(_) | EventKind::RunEnd(_) if own => {}
         _ => {
             if let Some(line) = crate::render::progress_line(event) {
                 errln!("{line}");

@@ -27,10 +27,10 @@ pub fn progress_observer(event: &Event) -> Result<(), ObserverError> {
 /// The colour of an event's progress line, if it has one.
 fn style_of(event: &Event) -> Option<Style> {
     match &event.kind {
-        EventKind::RunStart { .. } if event.agent.is_none() => Some(Style::Bold),
+        EventKind::RunStart(_) if event.agent.is_none() => Some(Style::Bold),
         EventKind::ToolEnd { is_error: true, .. } | EventKind::ModelError { .. } => Some(Style::Red),
         EventKind::LimitHit { .. } | EventKind::ApprovalRequested { .. } => Some(Style::Yellow),
-        EventKind::ToolEnd { .. } | EventKind::ApprovalDecided { .. } => Some(Style::Dim),
+        EventKind::ToolEnd { .. } | EventKind::ApprovalDecided(_) => Some(Style::Dim),
         _ => None,
     }
 }
@@ -126,10 +126,12 @@ pub fn progress_line(event: &Event) -> Option<String> {
         Some(name) => {
             let name = preview(name);
             match &event.kind {
-                EventKind::RunStart { tools, .. } => {
+                EventKind::RunStart(e) => {
+                    let reins::RunStartData { tools, .. } = &**e;
                     Some(format!("    ▷ sub-agent {name} · run {} · tools: {}", event.run_id, tools.join(", ")))
                 }
-                EventKind::RunEnd { status, steps, tool_calls, .. } => {
+                EventKind::RunEnd(e) => {
+                    let reins::RunEndData { status, steps, tool_calls, .. } = &**e;
                     Some(format!("    ◁ sub-agent {name} · {status} · {steps} step(s) · {tool_calls} tool call(s)"))
                 }
                 _ => run_line(event).map(|l| format!("    [{name}] {}", l.trim_start())),
@@ -140,12 +142,14 @@ pub fn progress_line(event: &Event) -> Option<String> {
 
 fn run_line(event: &Event) -> Option<String> {
     let line = match &event.kind {
-        EventKind::RunStart { tools, session_id, .. } => {
+        EventKind::RunStart(e) => {
+            let reins::RunStartData { tools, session_id, .. } = &**e;
             let session = session_id.as_deref().map(|s| format!(" · session {s}")).unwrap_or_default();
             format!("▶ run {}{session} · tools: {}", event.run_id, tools.join(", "))
         }
         EventKind::ModelStart { .. } => return None,
-        EventKind::ModelEnd { step, duration_ms, tool_calls, text, model, .. } => {
+        EventKind::ModelEnd(e) => {
+            let reins::ModelEndData { step, duration_ms, tool_calls, text, model, .. } = &**e;
             let text = text.as_deref().filter(|t| !t.is_empty()).map(preview).unwrap_or_default();
             // A step a fallback model answered names it.
             let by = model.as_deref().map(|m| format!(" ({})", preview(m))).unwrap_or_default();
@@ -162,7 +166,8 @@ fn run_line(event: &Event) -> Option<String> {
             format!("    ← {name} [{mark}] {} {content}", human_ms(*duration_ms))
         }
         EventKind::CompactionStart { .. } => return None,
-        EventKind::CompactionEnd { items, chars_before, chars_after, duration_ms, fallback, .. } => {
+        EventKind::CompactionEnd(e) => {
+            let reins::CompactionEndData { items, chars_before, chars_after, duration_ms, fallback, .. } = &**e;
             let how = match fallback {
                 None => "summarized".to_owned(),
                 Some(why) => format!("left out (no summary: {})", preview(why)),
@@ -177,11 +182,13 @@ fn run_line(event: &Event) -> Option<String> {
                 calls.iter().map(|c| format!("{} {} ({})", c.call_id, c.name, preview(&c.reason))).collect();
             format!("  ? approval needed: {}", list.join("; "))
         }
-        EventKind::ApprovalDecided { call_id, name, decision, reason, .. } => {
+        EventKind::ApprovalDecided(e) => {
+            let reins::ApprovalDecidedData { call_id, name, decision, reason, .. } = &**e;
             let why = reason.as_deref().map(|r| format!(": {}", preview(r))).unwrap_or_default();
             format!("  ✓ {decision} {call_id} {name}{why}")
         }
-        EventKind::Hook { hook_event, hook, call_id, decision, reason, error, duration_ms } => {
+        EventKind::Hook(e) => {
+            let reins::HookData { hook_event, hook, call_id, decision, reason, error, duration_ms } = &**e;
             let call = call_id.as_deref().map(|c| format!(" {c}")).unwrap_or_default();
             let why = match (error, reason) {
                 (Some(e), _) => format!(" (failed: {})", preview(e)),
@@ -199,12 +206,13 @@ fn run_line(event: &Event) -> Option<String> {
             }
             format!("  ↻ tools changed: {}", parts.join("; "))
         }
-        EventKind::Elicitation { server, tool, outcome, defaults, .. } => {
+        EventKind::Elicitation(e) => {
+            let reins::ElicitationData { server, tool, outcome, defaults, .. } = &**e;
             let how = if *defaults { " with the form's defaults" } else { "" };
             format!("  ? MCP server {server:?} asked the person during {tool}: {outcome}{how}")
         }
         EventKind::LimitHit { status, detail } => format!("  limit hit ({status}): {detail}"),
-        EventKind::RunEnd { .. } => return None,
+        EventKind::RunEnd(_) => return None,
     };
     Some(line)
 }

@@ -357,12 +357,14 @@ impl McpServer {
         }
         let tool = crate::config::qualified_name(self.name(), tool);
         if let Ok(mut events) = self.events.lock() {
-            events.extend(asked.into_iter().map(|a| reins::EventKind::Elicitation {
-                server: self.name().to_owned(),
-                tool: tool.clone(),
-                message: self.secrets.mask_string(a.message),
-                outcome: a.outcome.to_owned(),
-                defaults: a.defaults,
+            events.extend(asked.into_iter().map(|a| {
+                reins::EventKind::Elicitation(Box::new(reins::ElicitationData {
+                    server: self.name().to_owned(),
+                    tool: tool.clone(),
+                    message: self.secrets.mask_string(a.message),
+                    outcome: a.outcome.to_owned(),
+                    defaults: a.defaults,
+                }))
             }));
         }
     }

@@ -20,22 +20,7 @@ pub const EVENT_VERSION: u32 = 1;
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EventKind {
     /// The run began.
-    RunStart {
-        /// The tools on offer.
-        tools: Vec<String>,
-        /// The length of the run's instructions in characters (Unicode scalar values; 0: none).
-        #[serde(default)]
-        instructions_chars: u64,
-        /// The instructions (only with content opted in, and when there are any).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        instructions: Option<String>,
-        /// The prompt (only with content opted in).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        prompt: Option<String>,
-        /// The session the run is recorded in, when it is.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        session_id: Option<String>,
-    },
+    RunStart(Box<RunStartData>),
     /// A model call begins.
     ModelStart {
         /// The 1-based step this call would make.
@@ -44,28 +29,7 @@ pub enum EventKind {
         messages: usize,
     },
     /// A model call returned a response.
-    ModelEnd {
-        /// The step it made.
-        step: u64,
-        /// How long the call took.
-        duration_ms: f64,
-        /// Reported usage, if any.
-        usage: Option<Usage>,
-        /// How many tool calls it proposed.
-        tool_calls: usize,
-        /// The response text (only with content opted in).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        text: Option<String>,
-        /// Why the model stopped, where it said (`stop`, `tool_calls`, `length`, `content_filter`, `refusal`, ...).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        finish_reason: Option<FinishReason>,
-        /// What this response cost in US dollars, when the model's price and the usage are known.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        cost_usd: Option<f64>,
-        /// The model that answered, only when it is not the run's (a fallback answered the step).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        model: Option<String>,
-    },
+    ModelEnd(Box<ModelEndData>),
     /// A model call failed or its response was refused.
     ModelError {
         /// The step it would have made.
@@ -109,29 +73,7 @@ pub enum EventKind {
         chars_before: u64,
     },
     /// A compaction was recorded.
-    CompactionEnd {
-        /// The steps made so far.
-        step: u64,
-        /// How many transcript items it replaces.
-        items: u64,
-        /// The size of what the model would have seen before it.
-        chars_before: u64,
-        /// The size of what the model sees after it.
-        chars_after: u64,
-        /// How long the summary call took.
-        duration_ms: f64,
-        /// The summary call's reported usage, if any.
-        usage: Option<Usage>,
-        /// What the summary call cost, at the summary model's price, when it and the usage are known.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        cost_usd: Option<f64>,
-        /// Why the summary was not used and the marker of left-out groups was recorded instead.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        fallback: Option<String>,
-        /// The model that wrote the summary, only when it is not the summary model (a fallback answered).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        model: Option<String>,
-    },
+    CompactionEnd(Box<CompactionEndData>),
     /// A batch waits for decisions: the calls that need one (the others of the batch wait with them).
     ApprovalRequested {
         /// The steps made so far.
@@ -141,42 +83,9 @@ pub enum EventKind {
         calls: Vec<ApprovalCall>,
     },
     /// A decision about a call was applied (recorded before the call runs).
-    ApprovalDecided {
-        /// The call.
-        call_id: String,
-        /// The tool.
-        name: String,
-        /// The hash of the arguments the decision was made for.
-        arguments_hash: String,
-        /// `approve`, `deny` or `edit`.
-        decision: String,
-        /// Why, for a denial.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        reason: Option<String>,
-        /// The edited arguments (only with content opted in).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        arguments: Option<serde_json::Value>,
-    },
+    ApprovalDecided(Box<ApprovalDecidedData>),
     /// A hook answered (or failed: then `error` says why and the decision is the fail-closed one).
-    Hook {
-        /// `pre_tool`, `post_tool` or `stop`.
-        hook_event: String,
-        /// The hook (a command hook's program).
-        hook: String,
-        /// The call, for a tool event.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        call_id: Option<String>,
-        /// `allow`, `deny`, `ask`, `rewrite`, `keep`, `replace`, `redact`, `accept` or `refuse`.
-        decision: String,
-        /// The reason or feedback, when the answer has one.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        reason: Option<String>,
-        /// Why the hook failed (it then denies: fail closed).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        error: Option<String>,
-        /// How long it took.
-        duration_ms: f64,
-    },
+    Hook(Box<HookData>),
     /// The tools on offer changed between two steps (an MCP server announced a change of its list): the next
     /// model call sees the new set. Never in the middle of a batch.
     ToolsChanged {
@@ -192,19 +101,7 @@ pub enum EventKind {
     },
     /// An MCP server asked the person for input (an elicitation) during a tool call of the batch just run;
     /// recorded after the batch, before the next model call. What came of it, never the answer.
-    Elicitation {
-        /// The server (its `[mcp.NAME]`).
-        server: String,
-        /// The tool call during which it asked (`NAME__TOOL`).
-        tool: String,
-        /// The server's message (its secrets masked).
-        message: String,
-        /// `accepted`, `declined` or `cancelled` (not answered).
-        outcome: String,
-        /// Answered with the form's defaults, nobody being there to ask (`elicitation_defaults`).
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        defaults: bool,
-    },
+    Elicitation(Box<ElicitationData>),
     /// A limit ended the run.
     LimitHit {
         /// The status it ends with.
@@ -213,40 +110,178 @@ pub enum EventKind {
         detail: String,
     },
     /// The run ended.
-    RunEnd {
-        /// Why.
-        status: Status,
-        /// Model responses received.
-        steps: u64,
-        /// Tool calls admitted.
-        tool_calls: u64,
-        /// Usage totals.
-        usage: UsageTotals,
-        /// What the run cost in US dollars, when the model's price is known.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        cost_usd: Option<f64>,
-        /// Wall time of the run.
-        duration_ms: f64,
-        /// Compactions recorded by the run.
-        #[serde(default)]
-        compactions: u64,
-        /// What went wrong, if anything.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        error: Option<String>,
-        /// The session the run is recorded in, when it is.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        session_id: Option<String>,
-        /// Whether the final answer matched the run's output schema (absent when the run has none).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        output_valid: Option<bool>,
-        /// The final answer: the run's result, so carried whether or not content is opted in (absent when
-        /// the run gave none); a sub-agent's only with content (it is its parent's tool result).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        answer: Option<String>,
-        /// The validated output, when the final answer matched the output schema.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        output: Option<serde_json::Value>,
-    },
+    RunEnd(Box<RunEndData>),
+}
+
+/// The fields of [`EventKind::RunStart`] (boxed: the event is rare and large, and every event is as large as
+/// its largest kind).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunStartData {
+    /// The tools on offer.
+    pub tools: Vec<String>,
+    /// The length of the run's instructions in characters (Unicode scalar values; 0: none).
+    #[serde(default)]
+    pub instructions_chars: u64,
+    /// The instructions (only with content opted in, and when there are any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    /// The prompt (only with content opted in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// The session the run is recorded in, when it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// The fields of [`EventKind::ModelEnd`] (boxed: every event is as large as its largest kind; the emitter
+/// reuses one box for a run's `model_end` events).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelEndData {
+    /// The step it made.
+    pub step: u64,
+    /// How long the call took.
+    pub duration_ms: f64,
+    /// Reported usage, if any.
+    pub usage: Option<Usage>,
+    /// How many tool calls it proposed.
+    pub tool_calls: usize,
+    /// The response text (only with content opted in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Why the model stopped, where it said (`stop`, `tool_calls`, `length`, `content_filter`, `refusal`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<FinishReason>,
+    /// What this response cost in US dollars, when the model's price and the usage are known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// The model that answered, only when it is not the run's (a fallback answered the step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+/// The fields of [`EventKind::CompactionEnd`] (boxed: the event is rare and large, and every event is as large as
+/// its largest kind).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CompactionEndData {
+    /// The steps made so far.
+    pub step: u64,
+    /// How many transcript items it replaces.
+    pub items: u64,
+    /// The size of what the model would have seen before it.
+    pub chars_before: u64,
+    /// The size of what the model sees after it.
+    pub chars_after: u64,
+    /// How long the summary call took.
+    pub duration_ms: f64,
+    /// The summary call's reported usage, if any.
+    pub usage: Option<Usage>,
+    /// What the summary call cost, at the summary model's price, when it and the usage are known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// Why the summary was not used and the marker of left-out groups was recorded instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
+    /// The model that wrote the summary, only when it is not the summary model (a fallback answered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+/// The fields of [`EventKind::ApprovalDecided`] (boxed: the event is rare and large, and every event is as large as
+/// its largest kind).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalDecidedData {
+    /// The call.
+    pub call_id: String,
+    /// The tool.
+    pub name: String,
+    /// The hash of the arguments the decision was made for.
+    pub arguments_hash: String,
+    /// `approve`, `deny` or `edit`.
+    pub decision: String,
+    /// Why, for a denial.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The edited arguments (only with content opted in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<serde_json::Value>,
+}
+
+/// The fields of [`EventKind::Hook`] (boxed: the event is rare and large, and every event is as large as
+/// its largest kind).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HookData {
+    /// `pre_tool`, `post_tool` or `stop`.
+    pub hook_event: String,
+    /// The hook (a command hook's program).
+    pub hook: String,
+    /// The call, for a tool event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    /// `allow`, `deny`, `ask`, `rewrite`, `keep`, `replace`, `redact`, `accept` or `refuse`.
+    pub decision: String,
+    /// The reason or feedback, when the answer has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Why the hook failed (it then denies: fail closed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// How long it took.
+    pub duration_ms: f64,
+}
+
+/// The fields of [`EventKind::Elicitation`] (boxed: the event is rare and large, and every event is as large as
+/// its largest kind).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ElicitationData {
+    /// The server (its `[mcp.NAME]`).
+    pub server: String,
+    /// The tool call during which it asked (`NAME__TOOL`).
+    pub tool: String,
+    /// The server's message (its secrets masked).
+    pub message: String,
+    /// `accepted`, `declined` or `cancelled` (not answered).
+    pub outcome: String,
+    /// Answered with the form's defaults, nobody being there to ask (`elicitation_defaults`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub defaults: bool,
+}
+
+/// The fields of [`EventKind::RunEnd`] (boxed: the event is rare and large, and every event is as large as
+/// its largest kind).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunEndData {
+    /// Why.
+    pub status: Status,
+    /// Model responses received.
+    pub steps: u64,
+    /// Tool calls admitted.
+    pub tool_calls: u64,
+    /// Usage totals.
+    pub usage: UsageTotals,
+    /// What the run cost in US dollars, when the model's price is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// Wall time of the run.
+    pub duration_ms: f64,
+    /// Compactions recorded by the run.
+    #[serde(default)]
+    pub compactions: u64,
+    /// What went wrong, if anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The session the run is recorded in, when it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Whether the final answer matched the run's output schema (absent when the run has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_valid: Option<bool>,
+    /// The final answer: the run's result, so carried whether or not content is opted in (absent when
+    /// the run gave none); a sub-agent's only with content (it is its parent's tool result).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+    /// The validated output, when the final answer matched the output schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<serde_json::Value>,
 }
 
 /// A call that needs a decision, as [`EventKind::ApprovalRequested`] lists it.
@@ -448,7 +483,7 @@ impl Emitter {
             let blank: Arc<str> = Arc::from("");
             Box::new(StepEvents {
                 model_start: event(EventKind::ModelStart { step: 0, messages: 0 }),
-                model_end: event(EventKind::ModelEnd {
+                model_end: event(EventKind::ModelEnd(Box::new(ModelEndData {
                     step: 0,
                     duration_ms: 0.0,
                     usage: None,
@@ -457,7 +492,7 @@ impl Emitter {
                     finish_reason: None,
                     cost_usd: None,
                     model: None,
-                }),
+                }))),
                 tool_start: event(EventKind::ToolStart {
                     call_id: Arc::clone(&blank),
                     name: Arc::clone(&blank),
@@ -515,9 +550,8 @@ impl Emitter {
     #[inline]
     pub(crate) fn stage_model_end(&mut self, step: u64, response: &ModelResponse, price: Option<&Price>) {
         let Some(s) = self.step.as_deref_mut() else { return };
-        if let EventKind::ModelEnd { step: st, usage, tool_calls, text, finish_reason, cost_usd, model, .. } =
-            &mut s.model_end.kind
-        {
+        if let EventKind::ModelEnd(end) = &mut s.model_end.kind {
+            let ModelEndData { step: st, usage, tool_calls, text, finish_reason, cost_usd, model, .. } = &mut **end;
             let price = response.answered_by.as_ref().map_or(price, |by| by.price.as_ref());
             *cost_usd = price.zip(response.usage.as_ref()).map(|(p, u)| p.cost(u));
             *model = response.answered_by.as_ref().map(|by| by.model.clone());
@@ -534,8 +568,8 @@ impl Emitter {
     #[inline]
     pub(crate) fn send_model_end(&mut self, began: Instant, elapsed: Duration, at: Instant) {
         let Some(s) = self.step.as_deref_mut() else { return };
-        if let EventKind::ModelEnd { duration_ms, .. } = &mut s.model_end.kind {
-            *duration_ms = ms(elapsed);
+        if let EventKind::ModelEnd(end) = &mut s.model_end.kind {
+            end.duration_ms = ms(elapsed);
         }
         let ts = self.out.wall_after(began, elapsed, at);
         self.out.lend(&mut s.model_end, (at, ts));
@@ -725,4 +759,19 @@ pub(crate) fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
 /// Milliseconds of a duration, as a float.
 pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every event is as large as its largest kind, and an observer that keeps events copies each one: the
+    /// large, rare kinds (and `model_end`) are boxed so that an event stays small.
+    #[test]
+    fn an_event_is_small() {
+        let (kind, event) = (std::mem::size_of::<EventKind>(), std::mem::size_of::<Event>());
+        println!("size_of::<EventKind>() = {kind}, size_of::<Event>() = {event}");
+        assert!(kind <= 80, "EventKind is {kind} bytes");
+        assert!(event <= 152, "Event is {event} bytes");
+    }
 }

@@ -106,7 +106,10 @@ pub use engine::perform::{Direct, ModelStep, Performer, ToolStep, idempotency_ke
 pub use engine::state::{
     Action, Admission, AgentWait, Batch, CallResult, Compaction, Plan, PlannedCall, RunState, without_edit_note,
 };
-pub use events::{ApprovalCall, EVENT_VERSION, Event, EventKind, Observer, ObserverError};
+pub use events::{
+    ApprovalCall, ApprovalDecidedData, CompactionEndData, EVENT_VERSION, ElicitationData, Event, EventKind, HookData,
+    ModelEndData, Observer, ObserverError, RunEndData, RunStartData,
+};
 pub use hook::{Hook, HookAnswer, HookContext, HookError, HookEvent, HookResult, PostTool, PreTool, StopAnswer};
 pub use image::{Image, ImageCost, ImageError, ImageFormat, MAX_IMAGE_BYTES};
 pub use journal::{Journal, JournalError, RunJournal};

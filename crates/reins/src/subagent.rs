@@ -444,9 +444,9 @@ struct Spend {
 impl Observer for Spend {
     fn on_event(&self, event: &Event) -> Result<(), ObserverError> {
         let (runs, steps, tool_calls, usage, cost) = match &event.kind {
-            EventKind::RunStart { .. } if event.run_id == self.run_id => (1, 0, 0, None, None),
-            EventKind::ModelEnd { usage, cost_usd, .. } => (0, 1, 0, Some(*usage), *cost_usd),
-            EventKind::CompactionEnd { usage, cost_usd, .. } => (0, 0, 0, Some(*usage), *cost_usd),
+            EventKind::RunStart(_) if event.run_id == self.run_id => (1, 0, 0, None, None),
+            EventKind::ModelEnd(e) => (0, 1, 0, Some(e.usage), e.cost_usd),
+            EventKind::CompactionEnd(e) => (0, 0, 0, Some(e.usage), e.cost_usd),
             EventKind::ToolStart { .. } => (0, 0, 1, None, None),
             _ => return Ok(()),
         };

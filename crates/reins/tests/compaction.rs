@@ -170,8 +170,8 @@ async fn a_500_step_run_under_a_small_budget_completes_with_several_compactions(
     let ends: Vec<_> = events
         .iter()
         .filter_map(|e| match &e.kind {
-            EventKind::CompactionEnd { chars_before, chars_after, fallback, usage, items, .. } => {
-                Some((*chars_before, *chars_after, fallback.clone(), *usage, *items))
+            EventKind::CompactionEnd(end) => {
+                Some((end.chars_before, end.chars_after, end.fallback.clone(), end.usage, end.items))
             }
             _ => None,
         })
@@ -184,8 +184,8 @@ async fn a_500_step_run_under_a_small_budget_completes_with_several_compactions(
         assert_eq!(usage, Some(Usage::new(100, 5)));
         assert!(items > 0);
     }
-    let Some(EventKind::RunEnd { compactions, .. }) = events.last().map(|e| &e.kind) else { panic!("no run_end") };
-    assert_eq!(*compactions, o.compactions);
+    let Some(EventKind::RunEnd(end)) = events.last().map(|e| &e.kind) else { panic!("no run_end") };
+    assert_eq!(end.compactions, o.compactions);
 }
 
 fn tools_size() -> u64 {
@@ -330,7 +330,7 @@ async fn a_failing_hanging_or_overlong_summarizer_falls_back_to_the_marker() {
             .unwrap()
             .iter()
             .filter_map(|e| match &e.kind {
-                EventKind::CompactionEnd { fallback, .. } => fallback.clone(),
+                EventKind::CompactionEnd(end) => end.fallback.clone(),
                 _ => None,
             })
             .collect();
@@ -478,8 +478,12 @@ async fn a_compaction_on_request_summarizes_all_but_the_newest_group_and_ends_th
     assert!(matches!(&o.messages[summary], Message::Summary { content, replaces: 4 } if content.contains("the gist")));
     let sent = log.lock().unwrap()[0].messages.to_vec();
     assert!(sent[0].content().contains("[user]\nthree") && !sent[0].content().contains("answer three"));
-    let ended =
-        events.0.lock().unwrap().iter().any(|e| matches!(e.kind, EventKind::CompactionEnd { fallback: None, .. }));
+    let ended = events
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(&e.kind, EventKind::CompactionEnd(end) if end.fallback.is_none()));
     assert!(ended, "a compaction_end event with the summary");
     // The next turn sees the task, the summary and the newest group, then its own message.
     let ctx2 = ctx.clone();
@@ -627,7 +631,7 @@ async fn a_summary_is_charged_at_the_summary_models_own_price() {
     let cost = o.cost_usd.expect("priced");
     assert!((cost - 101.0).abs() < 1e-9, "{cost}");
     let event_cost = events.0.lock().unwrap().iter().find_map(|e| match &e.kind {
-        EventKind::CompactionEnd { cost_usd, .. } => Some(*cost_usd),
+        EventKind::CompactionEnd(end) => Some(end.cost_usd),
         _ => None,
     });
     assert_eq!(event_cost, Some(Some(cost)), "compaction_end says what the summary cost");

@@ -51,7 +51,7 @@ async fn a_length_stop_is_truncated_with_the_partial_answer_kept() {
     let finishes: Vec<Option<FinishReason>> = events
         .iter()
         .filter_map(|e| match &e.kind {
-            EventKind::ModelEnd { finish_reason, .. } => Some(finish_reason.clone()),
+            EventKind::ModelEnd(end) => Some(end.finish_reason.clone()),
             _ => None,
         })
         .collect();
@@ -116,7 +116,7 @@ async fn each_response_and_the_run_are_priced() {
     let per_response: Vec<f64> = events
         .iter()
         .filter_map(|e| match &e.kind {
-            EventKind::ModelEnd { cost_usd, .. } => *cost_usd,
+            EventKind::ModelEnd(end) => end.cost_usd,
             _ => None,
         })
         .collect();
@@ -124,9 +124,9 @@ async fn each_response_and_the_run_are_priced() {
     assert!((per_response[0] - c1).abs() < 1e-12 && (per_response[1] - c2).abs() < 1e-12, "{per_response:?}");
     assert!((o.cost_usd.unwrap() - (c1 + c2)).abs() < 1e-12);
     match &events.last().unwrap().kind {
-        EventKind::RunEnd { cost_usd, usage, .. } => {
-            assert!((cost_usd.unwrap() - (c1 + c2)).abs() < 1e-12);
-            assert_eq!((usage.cached_input_tokens, usage.cache_write_tokens), (800, 800));
+        EventKind::RunEnd(end) => {
+            assert!((end.cost_usd.unwrap() - (c1 + c2)).abs() < 1e-12);
+            assert_eq!((end.usage.cached_input_tokens, end.usage.cache_write_tokens), (800, 800));
         }
         other => panic!("{other:?}"),
     }

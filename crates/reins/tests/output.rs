@@ -38,7 +38,7 @@ fn events_of(builder: reins::AgentBuilder) -> (Agent, Arc<Mutex<Vec<Event>>>) {
 
 fn output_valid(events: &Mutex<Vec<Event>>) -> Option<bool> {
     match events.lock().unwrap().last().map(|e| e.kind.clone()) {
-        Some(EventKind::RunEnd { output_valid, .. }) => output_valid,
+        Some(EventKind::RunEnd(end)) => end.output_valid,
         other => panic!("no run_end: {other:?}"),
     }
 }

@@ -33,7 +33,7 @@ impl Events {
     fn child_ends(&self, name: &str) -> Vec<Event> {
         self.all()
             .into_iter()
-            .filter(|e| e.agent.as_deref() == Some(name) && matches!(e.kind, EventKind::RunEnd { .. }))
+            .filter(|e| e.agent.as_deref() == Some(name) && matches!(e.kind, EventKind::RunEnd(_)))
             .collect()
     }
 }
@@ -117,14 +117,15 @@ async fn a_sub_agent_answers_and_its_usage_rolls_up_into_the_parent() {
     // The breakdown is what the sub-agent's own run reported at its end.
     let ends = events.child_ends("helper");
     assert_eq!(ends.len(), 1);
-    let EventKind::RunEnd { status, steps, tool_calls, usage, answer, .. } = &ends[0].kind else { unreachable!() };
+    let EventKind::RunEnd(end) = &ends[0].kind else { unreachable!() };
+    let reins::RunEndData { status, steps, tool_calls, usage, answer, .. } = &**end;
     assert_eq!((*status, *steps, *tool_calls, *usage), (Status::Completed, h.steps, h.tool_calls, h.usage));
     // The top-level run_end carries the run's answer; a sub-agent's answer is its parent's tool result, content
     // left out like the other events' by default.
     assert_eq!(answer, &None);
     let last = events.all().pop().unwrap();
-    let EventKind::RunEnd { answer, .. } = &last.kind else { panic!("{last:?}") };
-    assert_eq!((last.agent.as_deref(), answer.as_deref()), (None, Some("done")));
+    let EventKind::RunEnd(end) = &last.kind else { panic!("{last:?}") };
+    assert_eq!((last.agent.as_deref(), end.answer.as_deref()), (None, Some("done")));
     // The outcome file form carries the breakdown.
     let json = serde_json::to_value(&o).unwrap();
     assert_eq!(json["agents"]["helper"]["steps"], 2);
@@ -154,7 +155,8 @@ async fn a_sub_agent_gets_no_more_steps_than_the_parent_has_left() {
     assert!(r.is_error);
     assert!(r.content.contains("sub-agent \"helper\" ended step_limit"), "{}", r.content);
     let ends = events.child_ends("helper");
-    let EventKind::RunEnd { status: Status::StepLimit, steps: 3, .. } = ends[0].kind else { panic!("{:?}", ends) };
+    let EventKind::RunEnd(end) = &ends[0].kind else { panic!("{:?}", ends) };
+    let reins::RunEndData { status: Status::StepLimit, steps: 3, .. } = **end else { panic!("{:?}", ends) };
 }
 
 #[tokio::test]
@@ -283,8 +285,8 @@ async fn a_sub_agents_events_are_tagged_and_it_sees_only_its_own_tools() {
         assert_eq!(e.parent_run_id.as_deref(), Some(o.run_id.as_str()));
     }
     // Its tools are its own, not the parent's (which has only `helper`).
-    let EventKind::RunStart { tools, .. } = &theirs[0].kind else { panic!("{:?}", theirs[0]) };
-    assert_eq!(tools, &["echo", "fail", "sleep", "stubborn"]);
+    let EventKind::RunStart(start) = &theirs[0].kind else { panic!("{:?}", theirs[0]) };
+    assert_eq!(&start.tools, &["echo", "fail", "sleep", "stubborn"]);
     // The tags are in the JSON line and read back.
     let line = theirs[0].to_json();
     let v: serde_json::Value = serde_json::from_str(&line).unwrap();
@@ -327,7 +329,7 @@ async fn cancelling_the_parent_reaches_the_sub_agent() {
     let r = result_of(&o, "p1");
     assert!(r.is_error && r.content.starts_with("aborted"), "{}", r.content);
     assert!(events.child_ends("helper").is_empty());
-    assert!(!events.all().iter().any(|e| e.agent.is_some() && matches!(e.kind, EventKind::ModelEnd { .. })));
+    assert!(!events.all().iter().any(|e| e.agent.is_some() && matches!(e.kind, EventKind::ModelEnd(_))));
     // What it spent until then is still counted: one run begun.
     assert_eq!(o.agents["helper"].runs, 1);
 }
@@ -338,8 +340,8 @@ fn spans(events: &[Event]) -> Vec<(String, usize, usize)> {
     for (i, e) in events.iter().enumerate() {
         let Some(agent) = &e.agent else { continue };
         match e.kind {
-            EventKind::RunStart { .. } => out.push((agent.to_string(), i, usize::MAX)),
-            EventKind::RunEnd { .. } => {
+            EventKind::RunStart(_) => out.push((agent.to_string(), i, usize::MAX)),
+            EventKind::RunEnd(_) => {
                 if let Some(s) = out.iter_mut().find(|s| s.0 == agent.as_ref() && s.2 == usize::MAX) {
                     s.2 = i;
                 }
@@ -508,8 +510,8 @@ async fn a_sub_agent_gets_no_more_money_than_the_parent_has_left() {
     assert_eq!(runs.get(), 1, "the helper's second batch was not admitted");
     let ends = events.child_ends("helper");
     assert_eq!(ends.len(), 1);
-    let EventKind::RunEnd { status, .. } = &ends[0].kind else { unreachable!() };
-    assert_eq!(*status, Status::CostLimit);
+    let EventKind::RunEnd(end) = &ends[0].kind else { unreachable!() };
+    assert_eq!(end.status, Status::CostLimit);
     // $0.10 + $1.00 > $1.00: the parent ends cost_limit without asking its model again.
     is_status(&o, Status::CostLimit);
     assert_eq!(o.steps, 1);

@@ -9,7 +9,7 @@ use futures_util::FutureExt;
 use super::run::Run;
 use crate::approval::{ApprovalDecision, ApprovalRequest, Approver, PendingCall, Verdict};
 use crate::engine::state::{Plan, RunState};
-use crate::events::{ApprovalCall, EventKind, panic_message};
+use crate::events::{ApprovalCall, ApprovalDecidedData, EventKind, panic_message};
 
 impl Run<'_> {
     /// The batch waits for decisions about `calls`: they are announced, and the approver (a durable
@@ -105,7 +105,7 @@ impl Run<'_> {
 
 /// The `approval_decided` event of an applied decision.
 fn decided_event(d: &ApprovalDecision, name: String, include_content: bool) -> EventKind {
-    EventKind::ApprovalDecided {
+    EventKind::ApprovalDecided(Box::new(ApprovalDecidedData {
         call_id: d.call_id.clone(),
         name,
         arguments_hash: d.arguments_hash.clone(),
@@ -118,5 +118,5 @@ fn decided_event(d: &ApprovalDecision, name: String, include_content: bool) -> E
             Verdict::Edit { arguments } if include_content => Some(arguments.clone()),
             _ => None,
         },
-    }
+    }))
 }

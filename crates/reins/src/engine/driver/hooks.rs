@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Agent;
 use crate::engine::state::{Admission, CallResult, Plan, PlannedCall, RunState};
-use crate::events::{Emitter, EventKind, ms, panic_message};
+use crate::events::{Emitter, EventKind, HookData, ms, panic_message};
 use crate::hook::{Hook, HookContext, HookEvent, HookResult, PostTool, PreTool, StopAnswer};
 use crate::policy::Policy;
 use crate::registry::Registry;
@@ -79,7 +79,7 @@ impl Agent {
                     PreTool::Ask(r) => ("ask", Some(r.clone())),
                     PreTool::Rewrite(_) => ("rewrite", None),
                 };
-                emitter.emit(EventKind::Hook {
+                emitter.emit(EventKind::Hook(Box::new(HookData {
                     hook_event: HookEvent::PreTool.as_str().into(),
                     hook: hook.name().to_owned(),
                     call_id: Some(String::from(&*call.id)),
@@ -87,7 +87,7 @@ impl Agent {
                     reason,
                     error,
                     duration_ms: ms(t0.elapsed()),
-                });
+                })));
                 state.apply_pre_tool(index, answer, hook.name(), registry, h.policy);
             }
         }
@@ -119,7 +119,7 @@ impl Agent {
                 Ok(StopAnswer::Refuse(f)) => ("refuse", Some(f.clone()), None),
                 Err(e) => ("refuse", None, Some(e.0.clone())),
             };
-            emitter.emit(EventKind::Hook {
+            emitter.emit(EventKind::Hook(Box::new(HookData {
                 hook_event: HookEvent::Stop.as_str().into(),
                 hook: hook.name().to_owned(),
                 call_id: None,
@@ -127,7 +127,7 @@ impl Agent {
                 reason,
                 error,
                 duration_ms: ms(t0.elapsed()),
-            });
+            })));
             match said {
                 Ok(StopAnswer::Accept) => {}
                 Ok(StopAnswer::Refuse(feedback)) => {
@@ -182,7 +182,7 @@ impl Agent {
                 Ok(PostTool::Redact(_)) => ("redact", None),
                 Err(e) => ("replace", Some(e.0.clone())),
             };
-            events.push(EventKind::Hook {
+            events.push(EventKind::Hook(Box::new(HookData {
                 hook_event: HookEvent::PostTool.as_str().into(),
                 hook: hook.name().to_owned(),
                 call_id: Some(String::from(&*p.call.id)),
@@ -190,7 +190,7 @@ impl Agent {
                 reason: None,
                 error,
                 duration_ms: ms(t0.elapsed()),
-            });
+            })));
             if !matches!(said, Ok(PostTool::Keep)) {
                 images.clear();
             }

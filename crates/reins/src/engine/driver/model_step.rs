@@ -12,7 +12,7 @@ use tracing::Span;
 use super::run::{Interrupt, Run};
 use crate::engine::perform::{ModelStep, Performer};
 use crate::engine::state::{Admission, Compaction, RunState};
-use crate::events::{EventKind, ms, panic_message};
+use crate::events::{CompactionEndData, EventKind, ms, panic_message};
 use crate::model::{ModelError, ModelRequest, ModelResponse};
 use crate::outcome::Status;
 use crate::spans;
@@ -244,7 +244,7 @@ impl Run<'_> {
         }
         drop(compaction);
         if let Some(done) = done {
-            self.emitter.emit(EventKind::CompactionEnd {
+            self.emitter.emit(EventKind::CompactionEnd(Box::new(CompactionEndData {
                 step,
                 items: done.items,
                 chars_before: done.chars_before,
@@ -254,7 +254,7 @@ impl Run<'_> {
                 cost_usd,
                 fallback: done.fallback,
                 model,
-            });
+            })));
         }
         if let Some(Status::TokenLimit) = state.status() {
             let detail = state.outcome().error.unwrap_or_default();

@@ -19,7 +19,7 @@ use super::batch::Slot;
 use super::hooks::Hooked;
 use crate::engine::perform::{Performer, idempotency_prefix};
 use crate::engine::state::{Action, RunState};
-use crate::events::{Emitter, EventKind, Observer, ObserverErrorHook, ms};
+use crate::events::{Emitter, EventKind, Observer, ObserverErrorHook, RunEndData, RunStartData, ms};
 use crate::hook::{Hook, HookContext};
 use crate::journal::{JournalError, JournalObserver, RunJournal};
 use crate::limits::Limits;
@@ -362,13 +362,13 @@ impl<'a> Run<'a> {
                 include_content.then(|| state.transcript().to_vec().first().map(|m| m.content().to_owned())).flatten();
             let instructions_chars = state.instructions().map_or(0, |t| t.chars().count() as u64);
             let instructions = include_content.then(|| state.instructions().map(str::to_owned)).flatten();
-            self.emitter.emit(EventKind::RunStart {
+            self.emitter.emit(EventKind::RunStart(Box::new(RunStartData {
                 tools,
                 instructions_chars,
                 instructions,
                 prompt,
                 session_id: self.session_id.clone(),
-            });
+            })));
         }
     }
 
@@ -413,7 +413,7 @@ impl<'a> Run<'a> {
         spans::run_ended(self.span, &outcome, self.span_content);
         // The run's result: always a top-level run's; a sub-agent's (its parent's tool result) with content.
         let result = self.link.is_none() || self.include_content;
-        self.emitter.emit(EventKind::RunEnd {
+        self.emitter.emit(EventKind::RunEnd(Box::new(RunEndData {
             status: outcome.status,
             steps: outcome.steps,
             tool_calls: outcome.tool_calls,
@@ -426,7 +426,7 @@ impl<'a> Run<'a> {
             output_valid: self.output.map(|_| outcome.output.is_some()),
             answer: result.then(|| outcome.answer.clone()).flatten(),
             output: result.then(|| outcome.output.clone()).flatten(),
-        });
+        })));
         if let Some(j) = &self.journal {
             if let Err(e) = j.finish(&outcome).await {
                 fail_outcome(&mut outcome, e);

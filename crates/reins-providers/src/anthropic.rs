@@ -2,13 +2,14 @@
 
 use std::collections::BTreeMap;
 
-use reins::{FinishReason, Message, ModelRequest, ModelResponse, ToolCall, Usage};
+use reins::{FinishReason, Message, ModelRequest, ModelResponse, Usage};
 use serde_json::{Map, Value, json};
 
 use crate::provider::{Api, Settings, ToolChoice};
 use crate::sse::SseEvent;
 use crate::wire::{
-    Emit, Failure, checked_usage, count, error_object, event_json, parse_arguments, schema_object, str_at, usage,
+    Emit, Failure, block_tool_call, checked_usage, count, error_object, event_json, parse_arguments, schema_object,
+    str_at, usage,
 };
 
 /// The `anthropic-version` header sent with every request: the version the official SDKs' current major
@@ -289,16 +290,8 @@ fn assemble(blocks: impl IntoIterator<Item = Block>, stop: Option<&str>, usage: 
             Block::Redacted(raw) => items.push(crate::reasoning::item(Api::Anthropic, raw)),
             Block::ToolUse { id, name, json, input } => {
                 // Streamed input arrives as JSON text; a complete response has the object.
-                let arguments = if !json.trim().is_empty() {
-                    parse_arguments(&json)
-                } else {
-                    match input {
-                        Some(Value::Null) | None => json!({}),
-                        Some(other) => other,
-                    }
-                };
-                let id = if id.is_empty() { format!("toolu_{}", tool_calls.len()) } else { id };
-                tool_calls.push(ToolCall::new(id, name, arguments));
+                let n = tool_calls.len();
+                tool_calls.push(block_tool_call(id, name, &json, input, "toolu", n));
             }
             Block::Other => {}
         }

@@ -24,15 +24,15 @@ use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use bytes::{Buf, BytesMut};
-use reins::{FinishReason, Message, ModelRequest, ModelResponse, ToolCall, Usage};
+use reins::{FinishReason, Message, ModelRequest, ModelResponse, Usage};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value, json};
 
 use crate::provider::{Api, ProviderError, Settings, ToolChoice};
 use crate::sse::SseEvent;
 use crate::wire::{
-    Emit, FailKind, Failure, body_summary, checked_usage, count, event_json, parse_arguments, schema_object, snippet,
-    str_at, usage,
+    Emit, FailKind, Failure, block_tool_call, body_summary, checked_usage, count, event_json, parse_arguments,
+    schema_object, snippet, str_at, usage,
 };
 
 /// The SigV4 signing name of the Bedrock runtime.
@@ -485,16 +485,9 @@ fn assemble(blocks: impl IntoIterator<Item = Block>, stop: Option<&str>, usage: 
                 }
             }
             Block::ToolUse { id, name, json, input } => {
-                let arguments = if !json.trim().is_empty() {
-                    parse_arguments(&json)
-                } else {
-                    match input {
-                        Some(Value::Null) | None => json!({}),
-                        Some(other) => other,
-                    }
-                };
-                let id = if id.is_empty() { format!("tooluse_{}", tool_calls.len()) } else { id };
-                tool_calls.push(ToolCall::new(id, name, arguments));
+                // Streamed input arrives as JSON text; a complete response has the object.
+                let n = tool_calls.len();
+                tool_calls.push(block_tool_call(id, name, &json, input, "tooluse", n));
             }
             Block::Other => {}
         }

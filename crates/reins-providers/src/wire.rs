@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use reins::{Delta, DeltaSink, FinishReason, ModelError, ModelResponse, Usage};
+use reins::{Delta, DeltaSink, FinishReason, ModelError, ModelResponse, ToolCall, Usage};
 use serde_json::Value;
 
 use crate::retry::retryable_status;
@@ -155,6 +155,29 @@ pub(crate) fn parse_arguments(raw: &str) -> Value {
         return Value::Object(Default::default());
     }
     serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
+}
+
+/// A tool call of a content-block API (Anthropic's `tool_use`, Bedrock's `toolUse`): its arguments from the streamed
+/// JSON text when there is any, else the complete response's `input` object (`{}` when absent or null); a call
+/// that came without an id is given `PREFIX_N` (N its index among the response's calls).
+pub(crate) fn block_tool_call(
+    id: String,
+    name: String,
+    json: &str,
+    input: Option<Value>,
+    prefix: &str,
+    n: usize,
+) -> ToolCall {
+    let arguments = if !json.trim().is_empty() {
+        parse_arguments(json)
+    } else {
+        match input {
+            Some(Value::Null) | None => Value::Object(Default::default()),
+            Some(other) => other,
+        }
+    };
+    let id = if id.is_empty() { format!("{prefix}_{n}") } else { id };
+    ToolCall::new(id, name, arguments)
 }
 
 /// Arguments as JSON text for the wire: a raw string (unparseable arguments) goes back as it came.
@@ -395,6 +418,19 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use serde_json::json;
+
+    #[test]
+    fn a_block_tool_call_takes_streamed_text_first_then_the_input_and_names_a_call_without_id() {
+        let streamed = block_tool_call("t1".into(), "f".into(), r#"{"a":1}"#, Some(json!({"b": 2})), "toolu", 0);
+        assert_eq!((&*streamed.id, &streamed.arguments), ("t1", &json!({"a": 1})));
+        let whole = block_tool_call(String::new(), "f".into(), " ", Some(json!({"b": 2})), "tooluse", 3);
+        assert_eq!((&*whole.id, &whole.arguments), ("tooluse_3", &json!({"b": 2})));
+        for input in [None, Some(Value::Null)] {
+            assert_eq!(block_tool_call("t".into(), "f".into(), "", input, "p", 0).arguments, json!({}));
+        }
+        let broken = block_tool_call("t".into(), "f".into(), r#"{"a":"#, None, "p", 0);
+        assert_eq!(broken.arguments, json!(r#"{"a":"#), "unparseable text is passed on for validation to refuse");
+    }
 
     #[test]
     fn arguments() {

@@ -16,7 +16,7 @@ fn result(outcome: &reins::Outcome, id: &str) -> (String, bool) {
         .messages
         .iter()
         .find_map(|m| match m {
-            Message::ToolResult(r) if r.call_id == id => Some((r.content.clone(), r.is_error)),
+            Message::ToolResult(r) if &*r.call_id == id => Some((r.content.clone(), r.is_error)),
             _ => None,
         })
         .unwrap_or_else(|| panic!("no result for {id}"))

@@ -16,7 +16,7 @@ fn results(outcome: &reins::Outcome) -> Vec<(String, String, bool)> {
         .messages
         .iter()
         .filter_map(|m| match m {
-            Message::ToolResult(r) => Some((r.call_id.clone(), r.content.clone(), r.is_error)),
+            Message::ToolResult(r) => Some((r.call_id.to_string(), r.content.clone(), r.is_error)),
             _ => None,
         })
         .collect()

@@ -291,7 +291,7 @@ fn function_response(r: &reins::ToolResult, name: &str) -> Value {
     let key = if r.is_error { "error" } else { "output" };
     let mut fr = json!({"name": name, "response": {key: r.content}});
     if !is_generated_id(&r.call_id) {
-        fr["id"] = r.call_id.clone().into();
+        fr["id"] = Value::from(&*r.call_id);
     }
     if !r.images.is_empty() {
         fr["parts"] = r.images.iter().map(inline).collect::<Vec<_>>().into();
@@ -325,8 +325,8 @@ fn contents<'a>(messages: impl ExactSizeIterator<Item = &'a Message>) -> Vec<Val
                 }
             }
             Message::ToolResult(r) => {
-                let pos = calls.iter().position(|(id, _)| *id == r.call_id);
-                let name = pos.map_or(r.call_id.as_str(), |p| calls[p].1);
+                let pos = calls.iter().position(|(id, _)| *id == &*r.call_id);
+                let name = pos.map_or(&*r.call_id, |p| calls[p].1);
                 results.push((pos.unwrap_or(usize::MAX), function_response(r, name)));
             }
         }

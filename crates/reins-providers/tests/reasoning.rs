@@ -332,7 +332,8 @@ async fn the_thinking_server_refuses_thinking_that_did_not_come_back_unchanged()
     let o = agent(provider.clone(), ContextConfig::default()).run("echo", CancellationToken::new()).await;
     assert_eq!(o.status, Status::Completed, "{:?}", o.error);
     // The conversation in the middle of the tool loop: up to the result of turn 4 (thinking, redacted, thinking).
-    let upto = o.messages.iter().position(|m| matches!(m, Message::ToolResult(r) if r.call_id == "toolu_04")).unwrap();
+    let upto =
+        o.messages.iter().position(|m| matches!(m, Message::ToolResult(r) if &*r.call_id == "toolu_04")).unwrap();
     let loop_at = o.messages[..=upto].to_vec();
     let turn1 = loop_at.iter().position(|m| m.tool_calls().first().is_some_and(|c| &*c.id == "toolu_01")).unwrap();
     let turn4 = upto - 1;
@@ -549,7 +550,7 @@ async fn the_reasoning_server_refuses_items_that_did_not_come_back_verbatim() {
     let provider = responses(&server, false);
     let o = agent(provider.clone(), ContextConfig::default()).run("echo", CancellationToken::new()).await;
     assert_eq!(o.status, Status::Completed, "{:?}", o.error);
-    let upto = o.messages.iter().position(|m| matches!(m, Message::ToolResult(r) if r.call_id == "call_2")).unwrap();
+    let upto = o.messages.iter().position(|m| matches!(m, Message::ToolResult(r) if &*r.call_id == "call_2")).unwrap();
     let loop_at = o.messages[..=upto].to_vec();
     let ask = |messages: Vec<Message>| {
         let (provider, registry) = (provider.clone(), echo_registry());

@@ -109,7 +109,7 @@ fn recorded_tools(run: &RunRecord, messages: &[Message]) -> Result<Registry, Sto
         if let Message::ToolResult(r) = m {
             // The note the run put before the result of a call whose arguments a hook or an approver changed
             // is put there again by the replayed run: the tool answers what came after it.
-            results.insert(r.call_id.clone(), (reins::without_edit_note(&r.content).to_owned(), r.is_error));
+            results.insert(r.call_id.to_string(), (reins::without_edit_note(&r.content).to_owned(), r.is_error));
         }
     }
     let results = Arc::new(results);
@@ -117,7 +117,7 @@ fn recorded_tools(run: &RunRecord, messages: &[Message]) -> Result<Registry, Sto
     for spec in &run.start.tools {
         let results = results.clone();
         let tool = FnTool::new(&spec.name, &spec.description, spec.input_schema.clone(), move |_args, ctx| {
-            let found = results.get(&ctx.call_id).cloned();
+            let found = results.get(&*ctx.call_id).cloned();
             async move {
                 match found {
                     Some((content, false)) => Ok(ToolOutput::Text(content)),

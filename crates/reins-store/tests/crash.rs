@@ -62,7 +62,7 @@ fn check(store: &Path, dir: &Path, id: &str) -> Vec<Message> {
         if let Message::ToolResult(r) = m {
             assert!(results.insert(r.call_id.clone()), "result of {} recorded twice", r.call_id);
             if !r.is_error {
-                assert!(effects.contains(&r.call_id), "a result for {} whose tool never ran", r.call_id);
+                assert!(effects.contains(&*r.call_id), "a result for {} whose tool never ran", r.call_id);
             } else {
                 assert_eq!(r.content, INTERRUPTED, "only interruptions are errors here");
             }

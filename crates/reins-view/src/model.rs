@@ -651,8 +651,8 @@ fn item(i: u64, run: u64, step: u64, data: &Value, call_names: &mut HashMap<Stri
         }
         Ok(Message::ToolResult(r)) => {
             let mut v = base("tool", &r.content);
-            v.tool = call_names.get(&r.call_id).cloned();
-            v.call_id = Some(r.call_id);
+            v.tool = call_names.get(&*r.call_id).cloned();
+            v.call_id = Some(r.call_id.to_string());
             v.is_error = r.is_error;
             v
         }

@@ -1,5 +1,7 @@
 //! The items of a conversation: user prompts, assistant turns with tool calls, and tool results.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::image::Image;
@@ -57,8 +59,8 @@ impl Reasoning {
 /// The result of one tool call, tied to the call by its id.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolResult {
-    /// The id of the call this answers.
-    pub call_id: String,
+    /// The id of the call this answers (shared with the call's [`ToolCall::id`]: no copy per result).
+    pub call_id: Arc<str>,
     /// What the model is shown (already bounded).
     pub content: String,
     /// True when the call failed, was refused, timed out or was aborted.
@@ -70,7 +72,7 @@ pub struct ToolResult {
 
 impl ToolResult {
     /// A text result.
-    pub fn new(call_id: impl Into<String>, content: impl Into<String>, is_error: bool) -> Self {
+    pub fn new(call_id: impl Into<Arc<str>>, content: impl Into<String>, is_error: bool) -> Self {
         Self { call_id: call_id.into(), content: content.into(), is_error, images: Vec::new() }
     }
 }
@@ -135,7 +137,7 @@ impl Message {
     }
 
     /// A tool result message.
-    pub fn tool_result(call_id: impl Into<String>, content: impl Into<String>, is_error: bool) -> Self {
+    pub fn tool_result(call_id: impl Into<Arc<str>>, content: impl Into<String>, is_error: bool) -> Self {
         Message::ToolResult(ToolResult::new(call_id, content, is_error))
     }
 

@@ -575,7 +575,7 @@ impl Tool for AgentTool {
             return Err(ToolError::InvalidArguments("`task` must be a string".into()));
         };
         let scope = SCOPE.try_with(Arc::clone).ok();
-        let resume = scope.as_ref().and_then(|s| s.resumes.iter().find(|w| w.call_id == ctx.call_id)).cloned();
+        let resume = scope.as_ref().and_then(|s| s.resumes.iter().find(|w| *w.call_id == *ctx.call_id)).cloned();
         let (limits, _running) = match &scope {
             Some(scope) => {
                 let carved = scope.carve(self.agent.limits(), &ctx.call_id);
@@ -670,7 +670,7 @@ impl AgentTool {
                 });
                 scope.ledger().waits.push(AgentWait {
                     agent: self.name.to_string(),
-                    call_id: ctx.call_id.clone(),
+                    call_id: ctx.call_id.to_string(),
                     run_id: outcome.run_id,
                     messages: outcome.messages,
                     pending: outcome.pending,

@@ -94,8 +94,8 @@ impl ToolError {
 /// What a tool call may know of its run.
 #[derive(Clone, Debug)]
 pub struct ToolContext {
-    /// The id of this call.
-    pub call_id: String,
+    /// The id of this call (shared with the call's [`crate::ToolCall::id`]: no copy per call).
+    pub call_id: Arc<str>,
     /// Fires when the run is cancelled, its deadline passes, or this call's timeout expires.
     pub cancel: CancellationToken,
     /// What the idempotency key is made of (built only when asked for: no cost per call).
@@ -115,13 +115,13 @@ enum KeyParts {
 impl ToolContext {
     /// A context for call `call_id` whose idempotency key is the call id itself (for calls made outside
     /// a run, such as tests and benchmarks).
-    pub fn new(call_id: impl Into<String>, cancel: CancellationToken) -> Self {
+    pub fn new(call_id: impl Into<Arc<str>>, cancel: CancellationToken) -> Self {
         ToolContext { call_id: call_id.into(), cancel, key: KeyParts::CallId }
     }
 
     /// The context of call `call_id` of step `step` of a run whose key prefix is `prefix` (see
     /// [`crate::idempotency_prefix`]).
-    pub fn in_run(call_id: impl Into<String>, cancel: CancellationToken, prefix: Arc<str>, step: u64) -> Self {
+    pub fn in_run(call_id: impl Into<Arc<str>>, cancel: CancellationToken, prefix: Arc<str>, step: u64) -> Self {
         ToolContext { call_id: call_id.into(), cancel, key: KeyParts::Run { prefix, step } }
     }
 
@@ -138,7 +138,7 @@ impl ToolContext {
     /// run it is the call id.
     pub fn idempotency_key(&self) -> String {
         match &self.key {
-            KeyParts::CallId => self.call_id.clone(),
+            KeyParts::CallId => self.call_id.to_string(),
             KeyParts::Given(k) => k.to_string(),
             KeyParts::Run { prefix, step } => crate::engine::perform::key_with_prefix(prefix, *step, &self.call_id),
         }

@@ -78,7 +78,7 @@ fn check_request(req: &ModelRequest) {
         match m {
             Message::ToolResult(r) => {
                 assert!(!pending.is_empty(), "a result without its call: {r:?}");
-                assert_eq!(pending.remove(0), r.call_id, "results in call order");
+                assert_eq!(pending.remove(0), &*r.call_id, "results in call order");
             }
             other => {
                 assert!(pending.is_empty(), "a call without its result before {other:?}");

@@ -133,7 +133,7 @@ proptest! {
                 async move {
                     let n = {
                         let mut r = ran.lock().unwrap();
-                        r.push(ctx.call_id.clone());
+                        r.push(ctx.call_id.to_string());
                         r.len()
                     };
                     if cancel_after == Some(n) {

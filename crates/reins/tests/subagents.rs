@@ -72,7 +72,7 @@ fn result_of<'a>(o: &'a Outcome, call_id: &str) -> &'a reins::ToolResult {
     o.messages
         .iter()
         .find_map(|m| match m {
-            reins::Message::ToolResult(r) if r.call_id == call_id => Some(r),
+            reins::Message::ToolResult(r) if &*r.call_id == call_id => Some(r),
             _ => None,
         })
         .unwrap_or_else(|| panic!("no result for {call_id}: {:#?}", o.messages))

@@ -421,7 +421,7 @@ impl Agent {
         // run's token (cancellation and deadline), which spares a token per call on the hot path.
         let call_cancel = self.limits.tool_timeout.map(|_| run_cancel.child_token());
         let cancel = call_cancel.clone().unwrap_or_else(|| run_cancel.clone());
-        let ctx = ToolContext::in_run(String::from(&*p.call.id), cancel, Arc::clone(env.key_prefix), env.step);
+        let ctx = ToolContext::in_run(Arc::clone(&p.call.id), cancel, Arc::clone(env.key_prefix), env.step);
         // The arguments stay in the transcript: the tool reads them there (a typed tool without copying them).
         let fut = AssertUnwindSafe(tool.call_borrowed(&p.call.arguments, ctx)).catch_unwind();
         let result = match self.limits.tool_timeout {

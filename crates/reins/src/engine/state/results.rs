@@ -1,6 +1,8 @@
 //! The results of the admitted batch recorded: bounded one by one and together under the context budget,
 //! an edited call's result noted as such; and a run ended from outside.
 
+use std::sync::Arc;
+
 use crate::context::{ContextConfig, TokenCounter, bound_text, bound_to_units, fair_shares};
 use crate::image::Image;
 use crate::message::ToolResult;
@@ -84,7 +86,7 @@ impl RunState {
     ) -> bool {
         for i in 0..n {
             let (content, is_error, images) = text(i);
-            let call_id = self.transcript.unanswered().first().map_or_else(String::new, |id| String::from(&**id));
+            let call_id = self.transcript.unanswered().first().map_or_else(|| Arc::from(""), Arc::clone);
             let result = ToolResult { call_id, content, is_error, images };
             if let Err(e) = self.transcript.push_result(result, counter) {
                 self.end(Status::ModelError, None, Some(format!("internal: {e}")));
@@ -132,7 +134,7 @@ impl RunState {
             }
         }
         for (content, is_error, images, size) in texts.drain(..) {
-            let call_id = self.transcript.unanswered().first().map_or_else(String::new, |id| String::from(&**id));
+            let call_id = self.transcript.unanswered().first().map_or_else(|| Arc::from(""), Arc::clone);
             let result = ToolResult { call_id, content, is_error, images };
             // Measured above with the same counter: what `push_result` would measure.
             if let Err(e) = self.transcript.push_result_measured(result, size) {

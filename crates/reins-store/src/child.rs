@@ -113,13 +113,7 @@ impl RunJournal for ChildLog {
     }
 
     fn event(&self, event: &reins::Event) {
-        self.shared.record(
-            kind::EVENT,
-            None,
-            Delta::default(),
-            || format!("event {} of a sub-agent", event.seq),
-            |out| event.write_json(out),
-        );
+        self.shared.event(event, || format!("event {} of a sub-agent", event.seq));
     }
 
     async fn flush(&self) -> Result<(), JournalError> {

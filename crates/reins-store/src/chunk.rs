@@ -45,6 +45,9 @@ pub(crate) struct Chunk {
     pub delta: Delta,
     /// A run's final status, when the chunk ends the run.
     pub status: Option<String>,
+    /// Whether a flush must write it: it holds an entry other than progress events (see
+    /// [`Chunk::push_progress`]).
+    pub must_write: bool,
 }
 
 impl Chunk {
@@ -52,6 +55,19 @@ impl Chunk {
     ///
     /// `kind` must be one of [`crate::kind`] (written without escaping).
     pub fn push<E: std::fmt::Display>(
+        &mut self,
+        kind: &str,
+        msg_index: Option<usize>,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<(), String> {
+        self.push_progress(kind, msg_index, write)?;
+        self.must_write = true;
+        Ok(())
+    }
+
+    /// Appends an entry that no flush needs to write (a progress event: written with the next entry that
+    /// does, by the background writer when the run is quiet, or when the run ends).
+    pub fn push_progress<E: std::fmt::Display>(
         &mut self,
         kind: &str,
         msg_index: Option<usize>,
@@ -340,5 +356,17 @@ mod tests {
         assert!(chunk.push(crate::kind::EVENT, None, |out| serde_json::to_writer(out, &bad)).is_err());
         assert_eq!(chunk.text().unwrap(), before);
         assert_eq!(chunk.entries, 1);
+    }
+
+    #[test]
+    fn only_an_entry_other_than_progress_makes_a_flush_write() {
+        let mut chunk = Chunk::default();
+        chunk.push_progress(crate::kind::EVENT, None, |out| serde_json::to_writer(out, &1)).unwrap();
+        assert!(!chunk.must_write && chunk.entries == 1);
+        chunk.push(crate::kind::MESSAGE, Some(0), |out| serde_json::to_writer(out, &2)).unwrap();
+        assert!(chunk.must_write);
+        // What is written takes the flag with it.
+        let taken = chunk.take();
+        assert!(taken.must_write && !chunk.must_write && taken.entries == 2);
     }
 }

@@ -6,7 +6,8 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use async_trait::async_trait;
 use reins::{
-    Event, Journal, JournalError, Message, ModelError, ModelResponse, Outcome, RunJournal, RunState, ToolSpec,
+    Event, EventKind, Journal, JournalError, Message, ModelError, ModelResponse, Outcome, RunJournal, RunState,
+    ToolSpec,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
@@ -282,9 +283,30 @@ impl Shared {
         }
     }
 
-    /// Writes everything recorded; the first failure of the log (writing or serializing) sticks.
+    /// Records an event: the run's start and a model call's start are progress that no flush waits for (the
+    /// transaction of the flush before a run's first model call, with nothing else to write, is saved).
+    pub(crate) fn event(&self, event: &Event, what: impl FnOnce() -> String) {
+        if matches!(event.kind, EventKind::RunStart(_) | EventKind::ModelStart { .. }) {
+            let mut p = self.lock_pending();
+            if let Err(e) = p.chunk.push_progress(kind::EVENT, None, |out| event.write_json(out)) {
+                p.error.get_or_insert_with(|| format!("cannot serialize {}: {e}", what()));
+            }
+            return;
+        }
+        self.record(kind::EVENT, None, Delta::default(), what, |out| event.write_json(out));
+    }
+
+    /// Writes everything recorded but progress alone (see [`Shared::event`]); the first failure of the log
+    /// (writing or serializing) sticks.
     pub(crate) async fn wait(&self) -> Result<(), JournalError> {
-        let result = blocking(|| self.write_pending());
+        let skip = {
+            let p = self.lock_pending();
+            match &p.error {
+                Some(e) => return Err(JournalError(e.clone())),
+                None => !p.chunk.must_write,
+            }
+        };
+        let result = if skip { Ok(()) } else { blocking(|| self.write_pending()) };
         // Every so many flushes (over all runs of the store), this run's writer checkpoints.
         if self.flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 >= CHECKPOINT_EVERY {
             self.flushes.store(0, std::sync::atomic::Ordering::Relaxed);
@@ -368,13 +390,7 @@ impl RunJournal for RunLog {
     }
 
     fn event(&self, event: &Event) {
-        self.shared.record(
-            kind::EVENT,
-            None,
-            Delta::default(),
-            || format!("event {}", event.seq),
-            |out| event.write_json(out),
-        );
+        self.shared.event(event, || format!("event {}", event.seq));
     }
 
     async fn flush(&self) -> Result<(), JournalError> {

@@ -1,7 +1,7 @@
 //! The tool registry: names and duplicates checked, schemas checked and compiled once, at build time.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::tool::{Tool, ToolSpec};
 use crate::validate::{ArgsValidator, ArgumentError, same_name};
@@ -153,9 +153,9 @@ impl Registry {
             if index.contains_key(&spec.name) {
                 return Err(RegistryError::Duplicate { name: spec.name.clone() });
             }
-            let validator = ArgsValidator::new(compile_schema(&spec.name, &spec.input_schema)?, &spec.input_schema);
+            let validator = args_validator(&spec.name, &spec.input_schema)?;
             index.insert(spec.name.clone(), entries.len());
-            entries.push(Entry { tool, validator: Arc::new(validator) });
+            entries.push(Entry { tool, validator });
         }
         let specs: Arc<[ToolSpec]> = entries.iter().map(|e| e.tool.spec().clone()).collect();
         let sub_agents = entries.iter().any(|e| e.tool.sub_agent());
@@ -181,12 +181,11 @@ impl Registry {
         if self.position(&name).is_some() {
             return Err(RegistryError::Duplicate { name });
         }
-        let validator =
-            ArgsValidator::new(compile_schema(&name, &tool.spec().input_schema)?, &tool.spec().input_schema);
+        let validator = args_validator(&name, &tool.spec().input_schema)?;
         let mut entries = self.entries.clone();
         let mut index = self.index.clone();
         index.insert(name, entries.len());
-        entries.push(Entry { tool, validator: Arc::new(validator) });
+        entries.push(Entry { tool, validator });
         let specs: Arc<[ToolSpec]> = entries.iter().map(|e| e.tool.spec().clone()).collect();
         Ok(Registry { entries, index, specs, sub_agents: self.sub_agents })
     }
@@ -263,6 +262,29 @@ pub trait ToolSource: Send + Sync {
     }
 }
 
+/// How many compiled schemas the process keeps for registries to come (past it, the cache starts over).
+const CACHED_SCHEMAS: usize = 256;
+
+/// The compiled schema of a tool, shared with every registry of the process whose tools have the same schema
+/// (by its JSON text): an agent built again and again with tools of its own (each attempt of an eval, in a
+/// workspace of its own) compiles and checks each schema once, not each time. A refused schema is not kept.
+fn args_validator(name: &str, schema: &serde_json::Value) -> Result<Arc<ArgsValidator>, RegistryError> {
+    type Compiled = HashMap<String, Arc<ArgsValidator>>;
+    static COMPILED: Mutex<Option<Compiled>> = Mutex::new(None);
+    let key = schema.to_string();
+    let lock = || COMPILED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(v) = lock().as_ref().and_then(|c| c.get(&key)) {
+        return Ok(v.clone());
+    }
+    let v = Arc::new(ArgsValidator::new(compile_schema(name, schema)?, schema));
+    let mut compiled = lock();
+    let compiled = compiled.get_or_insert_with(HashMap::new);
+    if compiled.len() >= CACHED_SCHEMAS {
+        compiled.clear();
+    }
+    Ok(compiled.entry(key).or_insert(v).clone())
+}
+
 /// Checks a schema against its meta-schema, refuses schemas no object could satisfy, and compiles it.
 fn compile_schema(name: &str, schema: &serde_json::Value) -> Result<jsonschema::Validator, RegistryError> {
     let invalid = |reason: String| RegistryError::InvalidSchema { name: name.to_owned(), reason };
@@ -290,4 +312,36 @@ fn compile_schema(name: &str, schema: &serde_json::Value) -> Result<jsonschema::
 
 pub(crate) fn pointer_or_root(p: &str) -> &str {
     if p.is_empty() { "(root)" } else { p }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(name: &str, schema: serde_json::Value) -> Arc<dyn Tool> {
+        Arc::new(crate::FnTool::new(name, "A tool.", schema, |_, _| async {
+            Ok(crate::ToolOutput::Json(serde_json::Value::Null))
+        }))
+    }
+
+    #[test]
+    fn registries_of_tools_with_one_schema_share_its_compiled_form_and_still_check_calls() {
+        let schema =
+            json!({"type": "object", "properties": {"shared_path": {"type": "string"}}, "required": ["shared_path"]});
+        let a = Registry::new(vec![tool("a", schema.clone())]).unwrap();
+        let b = Registry::new(vec![tool("b", schema)]).unwrap();
+        assert!(Arc::ptr_eq(&a.entries[0].validator, &b.entries[0].validator));
+        assert!(b.check("b", &json!({"shared_path": "x"})).is_ok());
+        let e = b.check("b", &json!({"shared_path": 1})).unwrap_err();
+        assert!(matches!(e, CallError::InvalidArguments { ref name, .. } if name == "b"), "{e}");
+    }
+
+    #[test]
+    fn a_refused_schema_is_refused_each_time_under_its_tool_s_name() {
+        for name in ["c", "d"] {
+            let e = Registry::new(vec![tool(name, json!({"type": "string"}))]).unwrap_err();
+            assert!(matches!(e, RegistryError::InvalidSchema { name: ref n, .. } if n == name), "{e}");
+        }
+    }
 }

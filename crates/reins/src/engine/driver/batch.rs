@@ -123,14 +123,15 @@ impl Run<'_> {
             key_prefix: &self.key_prefix,
             span_content: self.span_content,
         };
-        let work = self.agent.run_batch(env, &batch, &mut slots, &mut self.emitter);
-        let work = async {
+        let interrupted = {
+            // Polled where it lies, never moved into another future: a batch's future is large.
+            let work = std::pin::pin!(self.agent.run_batch(env, &batch, &mut slots, &mut self.emitter));
             match &scope {
-                Some(scope) => Arc::clone(scope).enter(work).await,
-                None => work.await,
+                Some(scope) => self.waits.guard(std::pin::pin!(Arc::clone(scope).enter(work))).await,
+                None => self.waits.guard(work).await,
             }
+            .err()
         };
-        let interrupted = self.waits.guard(work).await.err();
         let (end, unfinished) = self.batch_ended(interrupted, &batch, &slots);
         let spent = scope.map(|scope| scope.take_spent());
         let waits = waits_of(&mut slots);

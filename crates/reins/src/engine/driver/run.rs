@@ -104,9 +104,12 @@ impl Waits<'_> {
     /// `work`'s output, unless the run is interrupted first: what `select! { biased; i = interruption() =>
     /// Err(i), r = work => Ok(r) }` gives, but the caller's token is only looked at before the work is
     /// polled; its wait (which registers a waiter) is polled only when the work has to wait, so a step whose
-    /// work is ready at once registers nothing.
-    pub(super) async fn guard<F: Future>(&mut self, work: F) -> Result<F::Output, Interrupt> {
-        let mut work = std::pin::pin!(work);
+    /// work is ready at once registers nothing. The work is pinned by the caller (a large future is not moved
+    /// into this one).
+    pub(super) fn guard<F: Future + Unpin>(
+        &mut self,
+        mut work: F,
+    ) -> impl Future<Output = Result<F::Output, Interrupt>> {
         std::future::poll_fn(move |cx| {
             if self.cancel.is_set() {
                 return Poll::Ready(Err(Interrupt::Cancelled));
@@ -114,7 +117,7 @@ impl Waits<'_> {
             if let Poll::Ready(i) = self.deadline_passed(cx) {
                 return Poll::Ready(Err(i));
             }
-            if let Poll::Ready(r) = work.as_mut().poll(cx) {
+            if let Poll::Ready(r) = Pin::new(&mut work).poll(cx) {
                 return Poll::Ready(Ok(r));
             }
             match self.cancelled.as_mut().poll(cx) {
@@ -122,7 +125,6 @@ impl Waits<'_> {
                 Poll::Pending => Poll::Pending,
             }
         })
-        .await
     }
 }
 

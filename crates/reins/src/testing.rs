@@ -54,23 +54,29 @@ impl From<Result<ModelResponse, ModelError>> for ScriptStep {
 /// ```
 #[derive(Debug, Default)]
 pub struct ScriptedModel {
-    steps: Mutex<VecDeque<ScriptStep>>,
-    /// With [`ScriptedModel::following_transcript`]: what each step's answer looks like once recorded.
-    follow: Option<Mutex<Follow>>,
+    /// The steps left, the calls so far and where a script that follows the transcript stands: one lock a call.
+    script: Mutex<Script>,
     requests: Mutex<Vec<ModelRequest>>,
-    calls: Mutex<usize>,
     record: bool,
     price: Option<crate::cost::Price>,
+}
+
+/// What a scripted model's calls take their answers from.
+#[derive(Debug, Default)]
+struct Script {
+    steps: VecDeque<ScriptStep>,
+    /// With [`ScriptedModel::following_transcript`]: what each step's answer looks like once recorded.
+    follow: Option<Follow>,
+    calls: usize,
 }
 
 impl ScriptedModel {
     /// A model answering with these results in order.
     pub fn new(steps: impl IntoIterator<Item = impl Into<ScriptStep>>) -> Self {
+        let steps = steps.into_iter().map(Into::into).collect();
         ScriptedModel {
-            steps: Mutex::new(steps.into_iter().map(Into::into).collect()),
-            follow: None,
+            script: Mutex::new(Script { steps, follow: None, calls: 0 }),
             requests: Mutex::new(Vec::new()),
-            calls: Mutex::new(0),
             record: true,
             price: None,
         }
@@ -96,16 +102,57 @@ impl ScriptedModel {
     /// assert_eq!(model.remaining(), 2);
     /// ```
     pub fn following_transcript(mut self) -> Self {
-        let prints = self.steps.get_mut().map(|s| s.iter().map(Print::of).collect()).unwrap_or_default();
-        self.follow = Some(Mutex::new(Follow { prints, taken: 0, settled: false }));
+        if let Ok(script) = self.script.get_mut() {
+            let prints = script.steps.iter().map(Print::of).collect();
+            script.follow = Some(Follow { prints, taken: 0, settled: false });
+        }
         self
     }
 
+    /// Stops recording requests (for long runs and benchmarks: a recorded request shares the transcript's newest
+    /// chunk of messages, so the step after it copies that chunk).
+    pub fn without_recording(mut self) -> Self {
+        self.record = false;
+        self
+    }
+
+    /// How many steps are left.
+    pub fn remaining(&self) -> usize {
+        self.script.lock().map_or(0, |s| s.steps.len())
+    }
+
+    /// Every request received so far.
+    pub fn requests(&self) -> Vec<ModelRequest> {
+        self.requests.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// How many calls it received.
+    pub fn calls(&self) -> usize {
+        self.script.lock().map_or(0, |s| s.calls)
+    }
+
+    /// Panics unless every scripted step was used: for tests.
+    #[track_caller]
+    pub fn assert_complete(&self) {
+        let left = self.remaining();
+        assert!(left == 0, "scripted model: {left} scripted step(s) were never used");
+    }
+
+    /// The step of a call, counted (one lock a call); `Exhausted` once the script is.
+    fn take(&self, request: &ModelRequest) -> Result<ScriptStep, ModelError> {
+        let mut script = self.script.lock().map_err(|_| ModelError::Failed("scripted model lock poisoned".into()))?;
+        script.calls += 1;
+        script.catch_up(request);
+        let call = script.calls;
+        script.steps.pop_front().ok_or(ModelError::Exhausted { call })
+    }
+}
+
+impl Script {
     /// Where a script that follows the transcript starts, given the request of its call (see
     /// [`ScriptedModel::following_transcript`]): skips the steps the transcript already records.
-    fn catch_up(&self, request: &ModelRequest) {
-        let Some(follow) = &self.follow else { return };
-        let Ok(mut f) = follow.lock() else { return };
+    fn catch_up(&mut self, request: &ModelRequest) {
+        let Some(f) = &mut self.follow else { return };
         f.taken += 1;
         if f.settled {
             return;
@@ -137,41 +184,10 @@ impl ScriptedModel {
             newest.iter().zip(&f.prints[..k]).all(|(r, p)| p.as_ref() == Some(r))
         });
         if let Some(k) = found {
-            if let Ok(mut steps) = self.steps.lock() {
-                let skip = (k - used).min(steps.len());
-                steps.drain(..skip);
-            }
+            let skip = (k - used).min(self.steps.len());
+            self.steps.drain(..skip);
             f.taken = k + 1;
         }
-    }
-
-    /// Stops recording requests (for long runs and benchmarks: a recorded request shares the transcript's newest
-    /// chunk of messages, so the step after it copies that chunk).
-    pub fn without_recording(mut self) -> Self {
-        self.record = false;
-        self
-    }
-
-    /// How many steps are left.
-    pub fn remaining(&self) -> usize {
-        self.steps.lock().map_or(0, |s| s.len())
-    }
-
-    /// Every request received so far.
-    pub fn requests(&self) -> Vec<ModelRequest> {
-        self.requests.lock().map(|r| r.clone()).unwrap_or_default()
-    }
-
-    /// How many calls it received.
-    pub fn calls(&self) -> usize {
-        self.calls.lock().map_or(0, |c| *c)
-    }
-
-    /// Panics unless every scripted step was used: for tests.
-    #[track_caller]
-    pub fn assert_complete(&self) {
-        let left = self.remaining();
-        assert!(left == 0, "scripted model: {left} scripted step(s) were never used");
     }
 }
 
@@ -182,32 +198,17 @@ impl Model for ScriptedModel {
     }
 
     async fn generate(&self, request: &ModelRequest, cancel: &CancellationToken) -> Result<ModelResponse, ModelError> {
-        let n = {
-            let mut calls = self.calls.lock().map_err(|_| ModelError::Failed("scripted model lock poisoned".into()))?;
-            *calls += 1;
-            *calls
-        };
         if self.record {
             if let Ok(mut r) = self.requests.lock() {
                 r.push(request.clone());
             }
         }
-        self.catch_up(request);
-        let step = self.steps.lock().ok().and_then(|mut s| s.pop_front());
-        let mut step = step.ok_or(ModelError::Exhausted { call: n })?;
-        loop {
-            match step {
-                ScriptStep::Respond(r) => return Ok(r),
-                ScriptStep::Fail(e) => return Err(e),
-                ScriptStep::Raw(v) => return parse_response(&v).map_err(|e| ModelError::Malformed(e.0)),
-                ScriptStep::Delay(d, inner) => {
-                    tokio::select! {
-                        _ = cancel.cancelled() => return Err(ModelError::Cancelled),
-                        _ = tokio::time::sleep(d) => {}
-                    }
-                    step = *inner;
-                }
-            }
+        match self.take(request)? {
+            ScriptStep::Respond(r) => Ok(r),
+            ScriptStep::Fail(e) => Err(e),
+            ScriptStep::Raw(v) => parse_response(&v).map_err(|e| ModelError::Malformed(e.0)),
+            // Only a delayed step waits, in a future of its own: the call's stays small.
+            delayed => Box::pin(played(delayed, cancel)).await,
         }
     }
 
@@ -217,6 +218,24 @@ impl Model for ScriptedModel {
             provider: Some(Arc::from("reins.script")),
             model: Some(Arc::from("script")),
             ..Default::default()
+        }
+    }
+}
+
+/// What `step` answers, once its delays passed (honouring cancellation).
+async fn played(mut step: ScriptStep, cancel: &CancellationToken) -> Result<ModelResponse, ModelError> {
+    loop {
+        match step {
+            ScriptStep::Respond(r) => return Ok(r),
+            ScriptStep::Fail(e) => return Err(e),
+            ScriptStep::Raw(v) => return parse_response(&v).map_err(|e| ModelError::Malformed(e.0)),
+            ScriptStep::Delay(d, inner) => {
+                tokio::select! {
+                    _ = cancel.cancelled() => return Err(ModelError::Cancelled),
+                    _ = tokio::time::sleep(d) => {}
+                }
+                step = *inner;
+            }
         }
     }
 }

@@ -545,6 +545,95 @@ fn under_2026_07_28_an_approval_is_an_input_required_result_and_the_call_again_w
     c.finish();
 }
 
+/// An agent whose one step proposes two calls that each wait for an approval (`e1` echoes "one", `e2`
+/// "two"), then answers.
+fn asking_twice_agent(dir: &Dir) -> PathBuf {
+    let two = json!([{"tool_calls": [
+        {"id": "e1", "name": "echo", "arguments": {"text": "one"}},
+        {"id": "e2", "name": "echo", "arguments": {"text": "two"}}
+    ]}, {"content": "done"}]);
+    agent(dir, "twice", &two, "approve = \"all\"")
+}
+
+/// The `(call_id, decision)` of each `approval_decided` of `session`.
+fn decided_calls(session: &Value) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = session["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "event" && e["data"]["type"] == "approval_decided")
+        .map(|e| {
+            (e["data"]["call_id"].as_str().unwrap().to_owned(), e["data"]["decision"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn a_batchs_approvals_go_out_together_in_one_round_and_each_answer_decides_its_call() {
+    let dir = Dir::new("mcp-serve-rounds-batch");
+    let twice = asking_twice_agent(&dir);
+    let mut c = Client::spawn(&dir, &twice, &[]);
+    call_2026(&mut c, 2, "twice", "do both", json!({}));
+    let first = answer_to(&mut c, 2);
+    let result = &first["result"];
+    assert_eq!(result["resultType"], "input_required", "{first}");
+    let requests = result["inputRequests"].as_object().unwrap();
+    assert_eq!(requests.keys().collect::<Vec<_>>(), ["q1", "q2"], "{first}");
+    // Each question names its call: the key says which answer decides which call.
+    let key_of = |text: &str| {
+        requests
+            .iter()
+            .find(|(_, r)| r["params"]["message"].as_str().unwrap().contains(text))
+            .map(|(k, _)| k.clone())
+            .unwrap()
+    };
+    let (one, two) = (key_of("\"one\""), key_of("\"two\""));
+    assert_ne!(one, two);
+    let state = result["requestState"].as_str().unwrap().to_owned();
+    let answers = json!({
+        one: {"action": "accept", "content": {"approve": true}},
+        two: {"action": "accept", "content": {"approve": false}}
+    });
+    call_2026(&mut c, 3, "twice", "do both", json!({"requestState": state, "inputResponses": answers}));
+    // No second round: the answers of the first decide both calls and the run ends.
+    let done = answer_to(&mut c, 3);
+    assert_ne!(done["result"]["resultType"], "input_required", "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "done", "{done}");
+    let session = show(&dir, done["result"]["_meta"]["reins/session_id"].as_str().unwrap());
+    assert_eq!(session["session"]["status"], "completed");
+    let expected = [("e1".to_owned(), "approve".to_owned()), ("e2".to_owned(), "deny".to_owned())];
+    assert_eq!(decided_calls(&session), expected, "{session}");
+    // The one approved ran; the other was denied.
+    let results: Vec<(String, String)> = session["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "message" && e["data"]["role"] == "tool")
+        .map(|e| (e["data"]["call_id"].as_str().unwrap().to_owned(), e["data"]["content"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(results.len(), 2, "{session}");
+    assert_eq!(results[0], ("e1".to_owned(), "one".to_owned()), "{session}");
+    assert_eq!(results[1].0, "e2", "{session}");
+    assert!(results[1].1.starts_with("denied"), "{session}");
+    c.finish();
+
+    // 2025-11-25: one elicitation/create after another, the second only once the first is answered.
+    let mut c = Client::start(&dir, &twice, json!({"elicitation": {}}));
+    c.call("twice", "do both");
+    let ask = c.until(is_elicitation).pop().unwrap();
+    assert!(ask["params"]["message"].as_str().unwrap().contains("\"one\""), "{ask}");
+    c.send(&json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"action": "accept", "content": {"approve": true}}}));
+    let ask = c.until(is_elicitation).pop().unwrap();
+    assert!(ask["params"]["message"].as_str().unwrap().contains("\"two\""), "{ask}");
+    c.send(&json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"action": "decline"}}));
+    let result = c.until(is_result).pop().unwrap();
+    let session = session_of(&dir, &result);
+    assert_eq!(decided_calls(&session), expected, "{session}");
+    c.finish();
+}
+
 #[test]
 fn a_run_whose_state_is_not_used_in_time_is_cancelled_and_its_state_refused() {
     let dir = Dir::new("mcp-serve-rounds-expiry");

@@ -270,10 +270,9 @@ impl AgentServer {
                     return CallToolResponse::Complete(ended((&mut run.done).await, agent));
                 }
                 Some(line) = run.progress.recv() => notify(context, token.as_ref(), &mut run.progressed, line).await,
-                Some(question) = run.questions.recv() => {
-                    let mut asked = vec![question];
-                    while let Ok(q) = run.questions.try_recv() {
-                        asked.push(q);
+                Some(mut asked) = run.questions.recv() => {
+                    while let Ok(more) = run.questions.try_recv() {
+                        asked.extend(more);
                     }
                     match self.parking.park(run, asked, &agent.name) {
                         Ok(required) => return CallToolResponse::InputRequired(required),
@@ -316,14 +315,15 @@ async fn notify(context: &RequestContext<RoleServer>, token: Option<&ProgressTok
 enum Asker {
     /// By an `elicitation/create` request (2025-11-25 and earlier).
     Request(Peer<RoleServer>),
-    /// By an input-required result of the call (2026-07-28): the question goes to the call's driver.
-    Rounds(tokio::sync::mpsc::UnboundedSender<Question>),
+    /// By an input-required result of the call (2026-07-28): the questions go to the call's driver, a batch
+    /// in one message (all in one round).
+    Rounds(tokio::sync::mpsc::UnboundedSender<Vec<Question>>),
     /// It cannot be asked (it declared no form elicitation).
     Nobody,
 }
 
 impl Asker {
-    fn of(context: &RequestContext<RoleServer>, questions: tokio::sync::mpsc::UnboundedSender<Question>) -> Asker {
+    fn of(context: &RequestContext<RoleServer>, questions: tokio::sync::mpsc::UnboundedSender<Vec<Question>>) -> Asker {
         let rounds = context.protocol_version().is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
         if rounds {
             let form = context
@@ -345,14 +345,38 @@ impl Asker {
             Asker::Request(peer) => {
                 peer.create_elicitation(params).await.map_err(|e| format!("the elicitation failed: {e}"))
             }
-            Asker::Rounds(questions) => {
-                let (answer, answered) = tokio::sync::oneshot::channel();
-                questions.send(Question { params, answer }).map_err(|_| "the call has ended".to_owned())?;
-                answered.await.map_err(|_| "the MCP client did not send the call again in time".to_owned())
-            }
+            Asker::Rounds(questions) => match in_one_round(questions, vec![params]).pop() {
+                Some(answered) => answered.await,
+                None => Err("the call has ended".into()),
+            },
             Asker::Nobody => Err("the MCP client cannot be asked (no elicitation)".into()),
         }
     }
+}
+
+/// Sends all of `questions` to the call's driver in one message, so that one input-required result holds
+/// them all, each under its own key (2026-07-28). The answers, in the order of `questions`.
+fn in_one_round(
+    tx: &tokio::sync::mpsc::UnboundedSender<Vec<Question>>,
+    questions: Vec<ElicitRequestParams>,
+) -> Vec<impl Future<Output = Result<ElicitResult, String>> + use<>> {
+    let (batch, answers): (Vec<Question>, Vec<_>) = questions
+        .into_iter()
+        .map(|params| {
+            let (answer, answered) = tokio::sync::oneshot::channel();
+            (Question { params, answer }, answered)
+        })
+        .unzip();
+    // Nothing to ask sends nothing; a driver gone drops the batch, and with it every answer's sender.
+    if !batch.is_empty() {
+        let _ = tx.send(batch);
+    }
+    answers
+        .into_iter()
+        .map(|answered| async move {
+            answered.await.map_err(|_| "the call has ended, or the MCP client did not send it again in time".to_owned())
+        })
+        .collect()
 }
 
 /// Turns a run's events into progress notifications: one for each model call and each tool call, numbered
@@ -405,7 +429,8 @@ impl ElicitingApprover {
         .map_err(|e| e.to_string())
     }
 
-    async fn ask(&self, call: &reins::PendingCall) -> Result<bool, String> {
+    /// The question about `call`.
+    fn question(&self, call: &reins::PendingCall) -> Result<ElicitRequestParams, String> {
         let reason = match &call.plan {
             reins::Plan::Ask { reason } => format!(" ({reason})"),
             _ => String::new(),
@@ -417,42 +442,82 @@ impl ElicitingApprover {
         }
         let message =
             format!("Reins agent {:?}{of} asks to call {} with {args}{reason}. Approve?", self.agent, call.name);
-        let params =
-            ElicitRequestParams::FormElicitationParams { meta: None, message, requested_schema: Self::schema()? };
-        let answer = self.asker.ask(params).await?;
-        match answer.action {
-            ElicitationAction::Accept => {
-                Ok(answer.content.as_ref().and_then(|c| c.get("approve")).and_then(Value::as_bool) == Some(true))
-            }
-            ElicitationAction::Decline => Err("the MCP client's user declined".into()),
-            _ => Err("the MCP client's user cancelled the question".into()),
+        Ok(ElicitRequestParams::FormElicitationParams { meta: None, message, requested_schema: Self::schema()? })
+    }
+
+    async fn ask(&self, call: &reins::PendingCall) -> Result<bool, String> {
+        let params = self.question(call)?;
+        approved(self.asker.ask(params).await)
+    }
+}
+
+/// Whether the client's `answer` approves the call (`Err`: declined, cancelled or not answered).
+fn approved(answer: Result<ElicitResult, String>) -> Result<bool, String> {
+    let answer = answer?;
+    match answer.action {
+        ElicitationAction::Accept => {
+            Ok(answer.content.as_ref().and_then(|c| c.get("approve")).and_then(Value::as_bool) == Some(true))
         }
+        ElicitationAction::Decline => Err("the MCP client's user declined".into()),
+        _ => Err("the MCP client's user cancelled the question".into()),
+    }
+}
+
+/// The decision about `call` that `answer` makes.
+fn decision(call: &reins::PendingCall, answer: Result<bool, String>) -> ApprovalDecision {
+    match answer {
+        Ok(true) => ApprovalDecision::approve(call),
+        Ok(false) => ApprovalDecision::deny(call, "denied by the MCP client's user"),
+        Err(why) => ApprovalDecision::deny(call, format!("denied: {why}")),
     }
 }
 
 #[async_trait]
 impl Approver for ElicitingApprover {
+    /// Under 2026-07-28 every call of the batch that needs a decision is asked in the same round (one
+    /// input-required result, a question each); under 2025-11-25 one `elicitation/create` after another.
     async fn decide(
         &self,
         request: &ApprovalRequest,
         cancel: &CancellationToken,
     ) -> Result<Vec<ApprovalDecision>, ApprovalError> {
-        let can_ask = !matches!(self.asker, Asker::Nobody);
+        let calls: Vec<&reins::PendingCall> = request.calls.iter().filter(|c| c.needs_decision()).collect();
         let mut out = Vec::new();
-        for call in request.calls.iter().filter(|c| c.needs_decision()) {
-            if !can_ask {
-                out.push(ApprovalDecision::deny(call, "denied: the MCP client cannot be asked (no elicitation)"));
-                continue;
+        match &self.asker {
+            Asker::Nobody => {
+                for call in calls {
+                    out.push(ApprovalDecision::deny(call, "denied: the MCP client cannot be asked (no elicitation)"));
+                }
             }
-            let answer = tokio::select! {
-                a = self.ask(call) => a,
-                () = cancel.cancelled() => return Ok(out),
-            };
-            out.push(match answer {
-                Ok(true) => ApprovalDecision::approve(call),
-                Ok(false) => ApprovalDecision::deny(call, "denied by the MCP client's user"),
-                Err(why) => ApprovalDecision::deny(call, format!("denied: {why}")),
-            });
+            Asker::Rounds(tx) => {
+                let mut asked = Vec::new();
+                let mut questions = Vec::new();
+                for call in calls {
+                    match self.question(call) {
+                        Ok(q) => {
+                            asked.push(call);
+                            questions.push(q);
+                        }
+                        Err(why) => out.push(decision(call, Err(why))),
+                    }
+                }
+                for (call, answered) in asked.into_iter().zip(in_one_round(tx, questions)) {
+                    let answer = tokio::select! {
+                        a = answered => approved(a),
+                        () = cancel.cancelled() => return Ok(out),
+                    };
+                    out.push(decision(call, answer));
+                }
+            }
+            Asker::Request(_) => {
+                for call in calls {
+                    let answer = tokio::select! {
+                        a = self.ask(call) => a,
+                        () = cancel.cancelled() => return Ok(out),
+                    };
+                    out.push(decision(call, answer));
+                }
+            }
         }
         Ok(out)
     }

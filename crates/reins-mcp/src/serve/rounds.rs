@@ -32,8 +32,9 @@ pub(crate) struct Run {
     pub(crate) progress: mpsc::UnboundedReceiver<String>,
     /// How many progress notifications were sent (they go on counting across rounds).
     pub(crate) progressed: u32,
-    /// The questions the run asks.
-    pub(crate) questions: mpsc::UnboundedReceiver<Question>,
+    /// The questions the run asks, a batch at a time: the approvals one batch of the agent waits for come
+    /// together, so they go out together in one input-required result.
+    pub(crate) questions: mpsc::UnboundedReceiver<Vec<Question>>,
     /// The run's end.
     pub(crate) done: tokio::task::JoinHandle<Result<reins::Outcome, String>>,
     /// Cancels the run.
@@ -47,7 +48,7 @@ pub(crate) struct Run {
 impl Run {
     pub(crate) fn new(
         progress: mpsc::UnboundedReceiver<String>,
-        questions: mpsc::UnboundedReceiver<Question>,
+        questions: mpsc::UnboundedReceiver<Vec<Question>>,
         done: tokio::task::JoinHandle<Result<reins::Outcome, String>>,
         cancel: CancellationToken,
     ) -> Run {

@@ -534,6 +534,13 @@ impl Emitter {
         !self.out.observers.is_empty()
     }
 
+    /// The instant that dates an event: now when someone listens, else the emitter's origin (the clock is not
+    /// read for events nobody gets).
+    #[inline]
+    pub(crate) fn now(&self) -> Instant {
+        if self.active() { Instant::now() } else { self.out.origin.1 }
+    }
+
     /// Emits `model_start` for `step`, dated `at` (nothing is built when nobody listens).
     #[inline]
     pub(crate) fn model_start(&mut self, step: u64, messages: usize, at: Instant) {

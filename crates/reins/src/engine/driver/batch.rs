@@ -62,9 +62,9 @@ impl Slot {
         self.hook_events.clear();
     }
 
-    /// Records the call's result, and when it ended (now).
-    fn finish(&mut self, result: CallResult) {
-        self.ended = Some(Instant::now());
+    /// Records the call's result, and when it ended (now; only when it is `timed`, for its events).
+    fn finish(&mut self, result: CallResult, timed: bool) {
+        self.ended = timed.then(Instant::now);
         self.result = Some(result);
     }
 
@@ -313,7 +313,8 @@ impl Agent {
             {
                 return;
             }
-            let t0 = Instant::now();
+            // The clock is read for the calls' events only (see `Emitter::now`).
+            let (t0, timed) = (emitter.now(), emitter.active());
             for (p, slot) in batch[i..j].iter().zip(slots[i..j].iter_mut()).filter(|(_, s)| !s.reported) {
                 // Events are built only when someone listens.
                 emitter.tool_start(p.call, t0);
@@ -328,14 +329,13 @@ impl Agent {
                 }
                 slot.began = Some(t0);
                 let result = self.run_call_traced(env, p, &mut slot.hook_events).await;
-                slot.finish(result);
+                slot.finish(result, timed);
             } else {
                 let todo = batch[i..j].iter().zip(slots[i..j].iter_mut()).filter(|(_, s)| !s.reported);
                 join_all(todo.map(|(p, slot)| async move {
-                    let t0 = Instant::now();
-                    slot.began = Some(t0);
+                    slot.began = Some(if timed { Instant::now() } else { t0 });
                     let result = self.run_call_traced(env, p, &mut slot.hook_events).await;
-                    slot.finish(result);
+                    slot.finish(result, timed);
                 }))
                 .await;
             }

@@ -58,7 +58,8 @@ impl Run<'_> {
             return;
         }
         let step = state.steps() + 1;
-        let t0 = Instant::now();
+        // The clock is read for the step's events only (see `Emitter::now`).
+        let t0 = self.emitter.now();
         self.emitter.model_start(step, request.messages.len(), t0);
         let chat = spans::chat_span(self.info, step, self.span_session());
         if self.span_content {
@@ -79,7 +80,7 @@ impl Run<'_> {
                 return;
             }
         };
-        let t1 = Instant::now();
+        let t1 = self.emitter.now();
         let timed = Timed { t0, elapsed: t1.saturating_duration_since(t0), t1 };
         let admission = self.admit(state, step, &chat, response);
         drop(chat);

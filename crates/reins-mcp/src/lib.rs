@@ -28,6 +28,7 @@ pub mod elicit;
 pub mod error;
 pub mod frame;
 mod http;
+mod late_discover;
 pub mod process;
 pub mod resources;
 pub mod result;

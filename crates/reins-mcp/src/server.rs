@@ -21,6 +21,7 @@ pub use listing::{PromptArgument, RemotePrompt, RemoteResource};
 
 use crate::config::{ServerConfig, Transport};
 use crate::error::McpError;
+use crate::late_discover::LateDiscover;
 use crate::process::{ServerProcess, spawn};
 use crate::result::map_call_result;
 
@@ -263,9 +264,11 @@ impl McpServer {
                 let process = Arc::new(process);
                 // The guard reports an answer over the message size limit as an error for its request.
                 let stdout = crate::frame::LineGuard::new(stdout);
-                let started =
-                    tokio::time::timeout(timeout, handler.serve_with_lifecycle((stdout, stdin), config.lifecycle()))
-                        .await;
+                let started = tokio::time::timeout(
+                    timeout,
+                    handler.serve_with_lifecycle(LateDiscover::over(stdout, stdin), config.lifecycle()),
+                )
+                .await;
                 let service = match started {
                     Ok(Ok(service)) => service,
                     Ok(Err(e)) => {

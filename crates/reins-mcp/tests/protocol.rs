@@ -193,3 +193,36 @@ async fn a_tool_added_mid_run_is_an_event_before_the_next_model_call_and_the_mod
     // Once: the third step sees no further change.
     assert_eq!(kinds.iter().filter(|k| matches!(k, EventKind::ToolsChanged { .. })).count(), 1);
 }
+
+/// A server slow to answer `server/discover` (it holds the answer until the `initialize` the protocol library falls
+/// back to after ten seconds, then sends both): the late discovery answer is dropped and the handshake goes on, so
+/// the server is spoken to in 2025-11-25 and its tool is called. It failed with "conflict initialized response id"
+/// (seen with Python servers starting on a loaded machine).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_discovery_answered_after_the_fallback_to_initialize_is_dropped_and_the_server_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("methods.log");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/servers/late_discover.py");
+    let transport = reins_mcp::Transport::Stdio {
+        command: "python3".into(),
+        args: vec![script.display().to_string(), log.display().to_string()],
+        env: Default::default(),
+        cwd: None,
+    };
+    let config =
+        reins_mcp::ServerConfig::new("late", transport).unwrap().startup_timeout(std::time::Duration::from_secs(60));
+    let mcp = McpTools::start(vec![config]).await.unwrap();
+    assert_eq!(mcp.servers()[0].protocol_version(), "2025-11-25");
+    let methods = std::fs::read_to_string(&log).unwrap();
+    assert!(methods.starts_with("server/discover\ninitialize\n"), "{methods}");
+    let registry = mcp.registry(Vec::new()).unwrap();
+    let model = Arc::new(ScriptedModel::new(vec![
+        ModelResponse::tool_calls("", vec![ToolCall::new("h", "late__hello", json!({}))]),
+        ModelResponse::text("done"),
+    ]));
+    let outcome =
+        Agent::builder_shared(model).registry(registry).build().unwrap().run("go", CancellationToken::new()).await;
+    mcp.shutdown().await;
+    assert_eq!(outcome.status, Status::Completed, "{:?}", outcome.error);
+    assert_eq!(result(&outcome, "h"), ("hello".into(), false));
+}

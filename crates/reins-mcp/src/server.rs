@@ -258,32 +258,7 @@ impl McpServer {
         };
         let (service, process) = match &config.transport {
             Transport::Stdio { command, args, env, cwd } => {
-                let (process, stdout, stdin) = spawn(command, args, env, cwd.as_ref()).map_err(|e| {
-                    McpError::Spawn { server: name.clone(), command: command.clone(), reason: e.to_string() }
-                })?;
-                let process = Arc::new(process);
-                // The guard reports an answer over the message size limit as an error for its request.
-                let stdout = crate::frame::LineGuard::new(stdout);
-                let started = tokio::time::timeout(
-                    timeout,
-                    handler.serve_with_lifecycle(LateDiscover::over(stdout, stdin), config.lifecycle()),
-                )
-                .await;
-                let service = match started {
-                    Ok(Ok(service)) => service,
-                    Ok(Err(e)) => {
-                        // Let a crashing server's exit status and last words arrive before reporting.
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        let reason = with_diagnosis(plain(&e.to_string()), &process.diagnosis());
-                        process.kill_group();
-                        return Err(McpError::Initialize { server: name, reason });
-                    }
-                    Err(_) => {
-                        let diagnosis = process.diagnosis();
-                        process.kill_group();
-                        return Err(McpError::StartupTimeout { server: name, timeout, diagnosis });
-                    }
-                };
+                let (service, process) = connect_stdio(handler, &config, command, args, env, cwd.as_ref()).await?;
                 (service, Some(process))
             }
             Transport::Http { url, headers } => {
@@ -617,6 +592,47 @@ impl McpServer {
 /// On a 2026-07-28 connection, list changes come only on a `subscriptions/listen` stream: opens one for the
 /// lists the server says change, and reads it into `flags` until the connection ends. A server that refuses
 /// the subscription is used without it (its lists are read once).
+/// Spawns a stdio server (`command` with `args`, its variables `env`, in `cwd`) and starts the connection under
+/// the start-up timeout; a server that fails to start is killed and its last words reported.
+async fn connect_stdio(
+    handler: Handler,
+    config: &ServerConfig,
+    command: &str,
+    args: &[String],
+    env: &std::collections::BTreeMap<String, String>,
+    cwd: Option<&std::path::PathBuf>,
+) -> Result<(RunningService<RoleClient, Handler>, Arc<ServerProcess>), McpError> {
+    let (name, timeout) = (config.name.clone(), config.startup_timeout);
+    let (process, stdout, stdin) = spawn(command, args, env, cwd).map_err(|e| McpError::Spawn {
+        server: name.clone(),
+        command: command.to_owned(),
+        reason: e.to_string(),
+    })?;
+    let process = Arc::new(process);
+    // The guard reports an answer over the message size limit as an error for its request.
+    let stdout = crate::frame::LineGuard::new(stdout);
+    let started = tokio::time::timeout(
+        timeout,
+        handler.serve_with_lifecycle(LateDiscover::over(stdout, stdin), config.lifecycle()),
+    )
+    .await;
+    match started {
+        Ok(Ok(service)) => Ok((service, process)),
+        Ok(Err(e)) => {
+            // Let a crashing server's exit status and last words arrive before reporting.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let reason = with_diagnosis(plain(&e.to_string()), &process.diagnosis());
+            process.kill_group();
+            Err(McpError::Initialize { server: name, reason })
+        }
+        Err(_) => {
+            let diagnosis = process.diagnosis();
+            process.kill_group();
+            Err(McpError::StartupTimeout { server: name, timeout, diagnosis })
+        }
+    }
+}
+
 async fn listen_for_changes(
     peer: &Peer<RoleClient>,
     info: &rmcp::model::ServerPeerInfo,

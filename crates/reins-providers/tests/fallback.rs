@@ -33,6 +33,19 @@ fn provider(api: Api, url: String, stream: bool, retry: RetryPolicy) -> Arc<dyn 
     Arc::new(p)
 }
 
+/// A Chat Completions model at `url` with no retries, priced at `price` when given.
+fn chat_model(url: String, price: Option<reins::Price>) -> Arc<dyn Model> {
+    let builder = Provider::builder(Api::OpenAiChat, "test-model")
+        .base_url(format!("{url}/v1"))
+        .api_key(Some("sk-test".into()))
+        .retry(RetryPolicy::none());
+    let builder = match price {
+        Some(p) => builder.price(p),
+        None => builder,
+    };
+    Arc::new(builder.build().unwrap())
+}
+
 fn request() -> ModelRequest {
     ModelRequest {
         instructions: None,
@@ -177,21 +190,11 @@ async fn a_step_the_second_answered_is_named_and_priced_as_the_second() {
     use reins::{Agent, Event, Price, Status};
     let first = Server::answering(|_| Reply::json(503, r#"{"error":{"message":"unavailable"}}"#)).await;
     let second = Server::answering(|_| Reply::json(200, fixture("openai_chat/text.json"))).await;
-    let priced = |url: String, price: Price| -> Arc<dyn Model> {
-        let p = Provider::builder(Api::OpenAiChat, "test-model")
-            .base_url(format!("{url}/v1"))
-            .api_key(Some("sk-test".into()))
-            .retry(RetryPolicy::none())
-            .price(price)
-            .build()
-            .unwrap();
-        Arc::new(p)
-    };
     let (dear, cheap) = (Price::new(100.0, 400.0), Price::new(1.0, 4.0));
-    let second_model = priced(second.url(""), cheap);
+    let second_model = chat_model(second.url(""), Some(cheap));
     let id = second_model.identity();
     let second_name = format!("{}:{}", id.provider.unwrap(), id.model.unwrap());
-    let fb = FallbackModel::new(vec![priced(first.url(""), dear), second_model], Duration::ZERO);
+    let fb = FallbackModel::new(vec![chat_model(first.url(""), Some(dear)), second_model], Duration::ZERO);
     let events = Arc::new(std::sync::Mutex::new(Vec::new()));
     let e = events.clone();
     let agent = Agent::builder(fb)
@@ -218,21 +221,7 @@ async fn a_step_a_model_of_unknown_price_answered_leaves_the_runs_cost_unknown()
     use reins::{Agent, Price, Status};
     let first = Server::answering(|_| Reply::json(503, r#"{"error":{"message":"unavailable"}}"#)).await;
     let second = Server::answering(|_| Reply::json(200, fixture("openai_chat/text.json"))).await;
-    let build = |url: String, price: Option<Price>| -> Arc<dyn Model> {
-        let b = Provider::builder(Api::OpenAiChat, "test-model")
-            .base_url(format!("{url}/v1"))
-            .api_key(Some("sk-test".into()))
-            .retry(RetryPolicy::none());
-        Arc::new(
-            match price {
-                Some(p) => b.price(p),
-                None => b,
-            }
-            .build()
-            .unwrap(),
-        )
-    };
-    let models = vec![build(first.url(""), Some(Price::new(1.0, 4.0))), build(second.url(""), None)];
+    let models = vec![chat_model(first.url(""), Some(Price::new(1.0, 4.0))), chat_model(second.url(""), None)];
     let agent = Agent::builder(FallbackModel::new(models, Duration::ZERO)).build().unwrap();
     let outcome = agent.run("Hello", CancellationToken::new()).await;
     assert_eq!(outcome.status, Status::Completed, "{:?}", outcome.error);
@@ -249,19 +238,12 @@ async fn a_summary_the_second_answered_is_priced_and_named_as_the_second() {
     };
     let first = Server::answering(|_| Reply::json(503, r#"{"error":{"message":"unavailable"}}"#)).await;
     let second = Server::answering(|_| Reply::json(200, fixture("openai_chat/text.json"))).await;
-    let priced = |url: String, price: Price| -> Arc<dyn Model> {
-        let p = Provider::builder(Api::OpenAiChat, "test-model")
-            .base_url(format!("{url}/v1"))
-            .api_key(Some("sk-test".into()))
-            .retry(RetryPolicy::none())
-            .price(price)
-            .build()
-            .unwrap();
-        Arc::new(p)
-    };
     let (dear, cheap) = (Price::new(100.0, 400.0), Price::new(1.0, 4.0));
-    let fb = FallbackModel::new(vec![priced(first.url(""), dear), priced(second.url(""), cheap)], Duration::ZERO)
-        .named(vec!["first:dear".into(), "second:cheap".into()]);
+    let fb = FallbackModel::new(
+        vec![chat_model(first.url(""), Some(dear)), chat_model(second.url(""), Some(cheap))],
+        Duration::ZERO,
+    )
+    .named(vec!["first:dear".into(), "second:cheap".into()]);
     // A finished conversation, compacted on request (as `/compact` in a chat): one summary call, no step.
     let c = &CharCounter;
     let mut t = Transcript::new("the task", c);
@@ -303,22 +285,8 @@ async fn a_run_a_priced_second_answered_has_a_known_cost_though_the_first_has_no
     use reins::{Agent, Price, Status};
     let first = Server::answering(|_| Reply::json(503, r#"{"error":{"message":"unavailable"}}"#)).await;
     let second = Server::answering(|_| Reply::json(200, fixture("openai_chat/text.json"))).await;
-    let build = |url: String, price: Option<Price>| -> Arc<dyn Model> {
-        let b = Provider::builder(Api::OpenAiChat, "test-model")
-            .base_url(format!("{url}/v1"))
-            .api_key(Some("sk-test".into()))
-            .retry(RetryPolicy::none());
-        Arc::new(
-            match price {
-                Some(p) => b.price(p),
-                None => b,
-            }
-            .build()
-            .unwrap(),
-        )
-    };
     let cheap = Price::new(1.0, 4.0);
-    let models = vec![build(first.url(""), None), build(second.url(""), Some(cheap))];
+    let models = vec![chat_model(first.url(""), None), chat_model(second.url(""), Some(cheap))];
     let events = Arc::new(std::sync::Mutex::new(Vec::new()));
     let e = events.clone();
     let agent = Agent::builder(FallbackModel::new(models, Duration::ZERO))

@@ -402,12 +402,7 @@ fn a_servers_elicitation_is_asked_on_the_terminal_checked_against_its_schema_and
     let dir = Dir::new("mcp-elicit-pty");
     let outer = agent_calling_the_eliciting_server(&dir);
     let outcome = dir.0.join("outcome.json");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_reins"));
-    c.args(["run", "--agent", path(&outer), "--store", path(&dir.store()), "--output", path(&outcome), "go"])
-        .env("XDG_CONFIG_HOME", dir.0.join("no-config"))
-        .env("TERM", "xterm");
-    let options = rexpect::reader::Options::new().timeout_ms(Some(60_000)).strip_ansi_escape_codes(true);
-    let mut p = rexpect::session::spawn_with_options(c, options).unwrap();
+    let mut p = run_on_pty(&dir, &outer, &outcome);
     p.exp_string("MCP server \"py\" asks: Who are you?").unwrap();
     p.exp_string("count (integer)").unwrap();
     p.send_line("many").unwrap();
@@ -702,12 +697,7 @@ fn reins_run_on_a_terminal_answers_a_served_reins_approvals_under_2026_07_28() {
     let dir = Dir::new("mcp-serve-nested-pty");
     let outer = agent_calling_a_served_asker(&dir);
     let outcome = dir.0.join("outcome.json");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_reins"));
-    c.args(["run", "--agent", path(&outer), "--store", path(&dir.store()), "--output", path(&outcome), "go"])
-        .env("XDG_CONFIG_HOME", dir.0.join("no-config"))
-        .env("TERM", "xterm");
-    let options = rexpect::reader::Options::new().timeout_ms(Some(60_000)).strip_ansi_escape_codes(true);
-    let mut p = rexpect::session::spawn_with_options(c, options).unwrap();
+    let mut p = run_on_pty(&dir, &outer, &outcome);
     for (agent, say) in [("asker", "yes"), ("asker", "no"), ("tight", "yes")] {
         p.exp_string(&format!("MCP server \"inner\" asks: Reins agent \"{agent}\" asks to call echo")).unwrap();
         p.exp_string("approve (boolean").unwrap();
@@ -748,6 +738,16 @@ fn reins_run_without_a_terminal_leaves_a_served_reins_nobody_to_ask_and_its_call
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+}
+
+/// `reins run --agent AGENT go` on a new pseudo-terminal, with the store of `dir`, its outcome written to `outcome`.
+fn run_on_pty(dir: &Dir, agent: &Path, outcome: &Path) -> rexpect::session::PtySession {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_reins"));
+    c.args(["run", "--agent", path(agent), "--store", path(&dir.store()), "--output", path(outcome), "go"])
+        .env("XDG_CONFIG_HOME", dir.0.join("no-config"))
+        .env("TERM", "xterm");
+    let options = rexpect::reader::Options::new().timeout_ms(Some(60_000)).strip_ansi_escape_codes(true);
+    rexpect::session::spawn_with_options(c, options).unwrap()
 }
 
 /// `reins chat --agent AGENT` on a new pseudo-terminal, with the store of `dir`.
@@ -882,12 +882,7 @@ fn over_http_a_served_reins_approval_is_answered_by_the_calling_reins_on_its_ter
     let mcp = format!("[mcp.inner]\nurl = {url:?}\nheaders = {{ Authorization = \"Bearer {token}\" }}");
     let outer = agent(&dir, "outer", &turns, &mcp);
     let outcome = dir.0.join("outcome.json");
-    let mut c = Command::new(env!("CARGO_BIN_EXE_reins"));
-    c.args(["run", "--agent", path(&outer), "--store", path(&dir.store()), "--output", path(&outcome), "go"])
-        .env("XDG_CONFIG_HOME", dir.0.join("no-config"))
-        .env("TERM", "xterm");
-    let options = rexpect::reader::Options::new().timeout_ms(Some(60_000)).strip_ansi_escape_codes(true);
-    let mut p = rexpect::session::spawn_with_options(c, options).unwrap();
+    let mut p = run_on_pty(&dir, &outer, &outcome);
     p.exp_string("MCP server \"inner\" asks: Reins agent \"asker\" asks to call echo").unwrap();
     p.exp_string("approve (boolean").unwrap();
     p.send_line("yes").unwrap();

@@ -750,7 +750,7 @@ fn each_attempt_gets_a_fresh_private_workspace_removed_unless_keep() {
 }
 
 /// An OpenAI-compatible Chat Completions server that answers every request at once (keep-alive) and counts the
-/// connections made to it and the requests.
+/// connections that carried a request and the requests.
 fn counting_server()
 -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use std::io::{BufRead as _, Read as _, Write as _};
@@ -763,11 +763,13 @@ fn counting_server()
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(stream) = stream else { continue };
-            c.fetch_add(1, Ordering::SeqCst);
-            let r = r.clone();
+            let (c, r) = (c.clone(), r.clone());
             std::thread::spawn(move || {
                 let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
                 let mut writer = stream;
+                // A connection counts once it carries a request: the HTTP client may open one that it never uses
+                // when a kept-alive connection comes back to its pool just after it began to connect.
+                let mut counted = false;
                 loop {
                     let mut length = 0usize;
                     let mut line = String::new();
@@ -790,6 +792,10 @@ fn counting_server()
                         return;
                     }
                     r.fetch_add(1, Ordering::SeqCst);
+                    if !counted {
+                        counted = true;
+                        c.fetch_add(1, Ordering::SeqCst);
+                    }
                     // A first turn writes a file with the workspace tools; after the tool's result, the answer.
                     let answer = if String::from_utf8_lossy(&body).contains("\"role\":\"tool\"") {
                         r#"{"id":"x","object":"chat.completion","created":0,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}"#

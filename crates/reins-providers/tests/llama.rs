@@ -30,8 +30,28 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const LIMIT: Duration = Duration::from_secs(600);
 
 fn provider(api: Api, url: &str, stream: bool, max_tokens: u32, choice: ToolChoice) -> Provider {
-    let base = if api == Api::Anthropic { url.to_owned() } else { format!("{url}/v1") };
+    provider_with(api, url, stream, max_tokens, choice, serde_json::Map::new())
+}
+
+/// Greedy and seeded (through `extra_body`, which every adapter passes on): what a 270M model samples at the
+/// server's default temperature is now and then a tool call cut by the token cap, which llama.cpp itself then
+/// refuses (HTTP 500, its own parse error); greedy decoding writes the same call every time.
+fn greedy_provider(api: Api, url: &str, max_tokens: u32, choice: ToolChoice) -> Provider {
     let mut extra = serde_json::Map::new();
+    extra.insert("temperature".into(), 0.into());
+    extra.insert("seed".into(), 7.into());
+    provider_with(api, url, true, max_tokens, choice, extra)
+}
+
+fn provider_with(
+    api: Api,
+    url: &str,
+    stream: bool,
+    max_tokens: u32,
+    choice: ToolChoice,
+    mut extra: serde_json::Map<String, Value>,
+) -> Provider {
+    let base = if api == Api::Anthropic { url.to_owned() } else { format!("{url}/v1") };
     if api != Api::Anthropic {
         extra.insert("parallel_tool_calls".into(), false.into());
     }
@@ -149,7 +169,7 @@ async fn streamed_tool_calls() {
     let _serial = SERIAL.lock().await;
     let url = llama_url().await;
     for api in APIS {
-        let p = provider(api, &url, true, 48, ToolChoice::Required);
+        let p = greedy_provider(api, &url, 48, ToolChoice::Required);
         let (r, deltas) = generate(&p, &tool_request()).await;
         let r = r.unwrap_or_else(|e| panic!("{api:?}: {e}"));
         let call = r.tool_calls.first().unwrap_or_else(|| panic!("{api:?}: a tool call: {r:?}"));
@@ -205,10 +225,10 @@ async fn reins_runs_a_real_tool_call_through_each_adapter() {
     let _serial = SERIAL.lock().await;
     let url = llama_url().await;
     for api in APIS {
-        // A 270M base model samples its tool call; now and then llama.cpp itself cannot parse what it wrote and
-        // answers HTTP 500 ("Failed to parse tool call arguments"), or the call it wrote does not match the
-        // tool's schema and Reins refuses it (an error result; the tool never runs). That is the model's sampling,
-        // not the adapter: such a run is tried again, up to four times; any other failure fails at once.
+        // The model decodes greedily (see `greedy_provider`), so its call is the same every time. Should a server
+        // build still write a call llama.cpp cannot parse (HTTP 500, "Failed to parse tool call arguments") or one
+        // that does not match the tool's schema (Reins refuses it; the tool never runs), that is the model, not
+        // the adapter: such a run is tried again, up to four times; any other failure fails at once.
         let mut attempt = 0;
         let (outcome, cities) = loop {
             attempt += 1;
@@ -245,10 +265,10 @@ async fn reins_runs_a_real_tool_call_through_each_adapter() {
 /// One Reins run of the weather question through `api`: the outcome and the cities the tool was called with.
 async fn weather_run(api: Api, url: &str) -> (reins::Outcome, Vec<String>) {
     let model = Prefill {
-        first: provider(api, url, true, 48, ToolChoice::Required),
+        first: greedy_provider(api, url, 48, ToolChoice::Required),
         // The follow-up turn answers in text: left free, the 270M base model may start a second tool call
         // that the token cap cuts short, which llama.cpp itself then refuses (HTTP 500, its own parse error).
-        rest: provider(api, url, true, 24, ToolChoice::None),
+        rest: greedy_provider(api, url, 24, ToolChoice::None),
     };
     let cities = Arc::new(Mutex::new(Vec::new()));
     let c = cities.clone();

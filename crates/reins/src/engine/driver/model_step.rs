@@ -3,6 +3,8 @@
 //! ([`Action::Compact`](crate::engine::state::Action)): the summary call and its record.
 
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
@@ -39,6 +41,43 @@ fn perform_model<'a>(
     }
 }
 
+/// A model call's answer, written into the driver's slot when it arrives instead of handed up through
+/// each future around the call: a response is large, and each hand-up was a copy of it.
+struct Answer<'s, 'a> {
+    call: Pin<Box<dyn Future<Output = Result<ModelResponse, ModelError>> + Send + 'a>>,
+    /// Whether a panic of the call is caught here and reported as a failed call (a call without a
+    /// performer: a performer's work has its panic caught inside, see [`caught`]).
+    catch: bool,
+    slot: &'s mut Option<Result<ModelResponse, ModelError>>,
+}
+
+impl Future for Answer<'_, '_> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let Answer { call, catch, slot } = &mut *self;
+        let mut poll = || match call.as_mut().poll(cx) {
+            Poll::Ready(r) => {
+                **slot = Some(r);
+                true
+            }
+            Poll::Pending => false,
+        };
+        let ready = match *catch {
+            false => poll(),
+            true => match std::panic::catch_unwind(AssertUnwindSafe(poll)) {
+                Ok(ready) => ready,
+                Err(panic) => {
+                    let failed = ModelError::Failed(format!("the model panicked: {}", panic_message(&panic)));
+                    **slot = Some(Err(failed));
+                    true
+                }
+            },
+        };
+        if ready { Poll::Ready(()) } else { Poll::Pending }
+    }
+}
+
 /// When a model call began and ended.
 #[derive(Clone, Copy)]
 struct Timed {
@@ -51,7 +90,7 @@ impl Run<'_> {
     /// A model step: unless the run was interrupted or its log cannot be made durable, the model is called
     /// (racing the caller's cancellation and the deadline), its response admitted, and the hooks run over
     /// what it admitted — the `pre_tool` hooks over a batch, the `stop` hooks over a final answer.
-    pub(super) async fn call_model(&mut self, state: &mut RunState, mut request: ModelRequest) {
+    pub(super) async fn call_model(&mut self, state: &mut RunState, request: &mut ModelRequest) {
         request.cache_key = Some(self.cache_key.clone());
         // Unless the run was interrupted or its log cannot be made durable.
         if !self.not_interrupted(state) || (self.journal.is_some() && !self.flushed(state).await) {
@@ -63,25 +102,36 @@ impl Run<'_> {
         self.emitter.model_start(step, request.messages.len(), t0);
         let chat = spans::chat_span(self.info, step, self.span_session());
         if self.span_content {
-            spans::chat_request(&chat, &request);
+            spans::chat_request(&chat, request);
         }
-        let generate = spans::boxed_within(&chat, self.agent.model.generate(&request, &self.run_cancel));
-        let call = perform_model(self.performer, ModelStep { step, summary: false }, caught(generate));
-        let result = self.waits.guard(call).await;
-        drop(request);
-        // Matched once, so the response is not moved again on its way to the state machine.
-        let response = match result {
-            Ok(r) if !self.cancelled() => r,
+        let generate = spans::boxed_within(&chat, self.agent.model.generate(request, &self.run_cancel));
+        let (call, catch) = match self.performer {
+            None => (generate, true),
+            Some(p) => (p.model_call(ModelStep { step, summary: false }, Box::pin(caught(generate))), false),
+        };
+        // The response stays where it lands: it is read in place and its parts moved out.
+        let mut answer = None;
+        let result = self.waits.guard(Answer { call, catch, slot: &mut answer }).await;
+        // The transcript is no longer shared with the request: recording the response copies nothing.
+        drop(std::mem::take(&mut request.messages));
+        let response = match (result, answer.as_mut()) {
+            (Ok(()), Some(r)) if !self.cancelled() => r,
             // A response that arrives once the caller cancelled is not counted.
-            other => {
+            (other, _) => {
                 let i = other.err().unwrap_or(Interrupt::Cancelled);
                 spans::fail(&chat, i.status().as_str(), &i.reason(&self.limits));
                 self.stop(state, i);
                 return;
             }
         };
-        let t1 = self.emitter.now();
-        let timed = Timed { t0, elapsed: t1.saturating_duration_since(t0), t1 };
+        let timed = match self.emitter.active() {
+            true => {
+                let t1 = Instant::now();
+                Timed { t0, elapsed: t1.saturating_duration_since(t0), t1 }
+            }
+            // Nobody hears the step's events: no clock is read.
+            false => Timed { t0, elapsed: Duration::ZERO, t1: t0 },
+        };
         let admission = self.admit(state, step, &chat, response);
         drop(chat);
         self.report_response(state, step, &admission, timed);
@@ -90,14 +140,15 @@ impl Run<'_> {
         }
     }
 
-    /// The response logged, shown on its span, and handed to the state machine (`model_end` staged).
+    /// The response logged, shown on its span, and handed to the state machine (`model_end` staged), which
+    /// takes its parts out of it.
     #[inline]
     fn admit(
         &mut self,
         state: &mut RunState,
         step: u64,
         chat: &Span,
-        response: Result<ModelResponse, ModelError>,
+        response: &mut Result<ModelResponse, ModelError>,
     ) -> (bool, Admission) {
         if let Some(j) = &self.journal {
             j.response(step, response.as_ref());
@@ -111,7 +162,7 @@ impl Run<'_> {
             self.emitter.stage_model_end(step, r, state.price());
         }
         let policy = self.rules.policy.as_deref();
-        let admission = state.on_model_response(response, &self.registry, policy, &self.agent.context);
+        let admission = state.take_model_response(response, &self.registry, policy, &self.agent.context);
         if answered && !chat.is_disabled() && matches!(admission, Admission::Ended(Status::ModelError)) {
             let error = state.outcome().error.unwrap_or_default();
             spans::fail(chat, "invalid_response", &error);

@@ -385,7 +385,7 @@ impl<'a> Run<'a> {
             let left = self.registry.has_sub_agents().then(|| Left::of(state));
             match state.next_action(&self.registry, &self.agent.context) {
                 Action::Finished => break,
-                Action::CallModel(request) => self.call_model(state, request).await,
+                Action::CallModel(mut request) => self.call_model(state, &mut request).await,
                 Action::Approve(calls) => self.approve(state, calls).await,
                 Action::Compact(request, plan) => self.compact(state, request, plan).await,
                 Action::RunTools(batch) => {

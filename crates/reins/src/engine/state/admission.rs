@@ -22,7 +22,19 @@ impl RunState {
     /// is validated and put to the policy; then the turn is recorded and the batch admitted.
     pub fn on_model_response(
         &mut self,
-        result: Result<ModelResponse, ModelError>,
+        mut result: Result<ModelResponse, ModelError>,
+        registry: &Registry,
+        policy: Option<&dyn Policy>,
+        ctx: &ContextConfig,
+    ) -> Admission {
+        self.take_model_response(&mut result, registry, policy, ctx)
+    }
+
+    /// [`RunState::on_model_response`] of a response the caller keeps: it is read in place, and its text,
+    /// calls and reasoning items are moved out of it (left empty), so the response itself is never copied.
+    pub(crate) fn take_model_response(
+        &mut self,
+        result: &mut Result<ModelResponse, ModelError>,
         registry: &Registry,
         policy: Option<&dyn Policy>,
         ctx: &ContextConfig,
@@ -38,7 +50,7 @@ impl RunState {
             Ok(r) => r,
             Err(e) => return self.end(Status::ModelError, None, Some(e.to_string())),
         };
-        if let Err(e) = check_response(&response) {
+        if let Err(e) = check_response(response) {
             return self.end(Status::ModelError, None, Some(format!("malformed model response: {e}")));
         }
         self.steps += 1;
@@ -64,8 +76,8 @@ impl RunState {
         if let Some(detail) = self.cost_limit_hit() {
             return self.end(Status::CostLimit, None, Some(detail));
         }
-        let ModelResponse { text, tool_calls, reasoning_items, .. } = response;
-        self.pending_reasoning = reasoning_items;
+        let (text, tool_calls) = (std::mem::take(&mut response.text), std::mem::take(&mut response.tool_calls));
+        self.pending_reasoning = std::mem::take(&mut response.reasoning_items);
         let counter = ctx.counter.as_ref();
         if self.output.is_some() {
             match self.take_output(text, tool_calls, registry, ctx) {

@@ -637,8 +637,9 @@ impl Emitter {
         if let EventKind::ToolEnd { call_id, name, is_error: e, duration_ms, content: c } = &mut s.tool_end.kind {
             match &mut s.tool_start.kind {
                 // The call's start was sent last: its strings move over (swapped, not shared again).
+                // The same id (the call's own `Arc`) is the same call, so the same name.
                 EventKind::ToolStart { call_id: id, name: n, .. }
-                    if (Arc::ptr_eq(id, &call.id) || **id == *call.id) && **n == *call.name =>
+                    if Arc::ptr_eq(id, &call.id) || (**id == *call.id && **n == *call.name) =>
                 {
                     std::mem::swap(call_id, id);
                     std::mem::swap(name, n);

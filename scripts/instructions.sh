@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Instructions per step of the engine, counted by valgrind's callgrind: deterministic for one binary, whatever
 # else the machine is doing, so two builds can be compared on a busy machine. Prints one line per figure
-# (W1, W1-context, W1-observer; or the figures given as arguments) and each figure's ratio to W1.
+# (W1, W1-context, W1-observer, W1-observer-read; or the figures given as arguments) and each figure's ratio to W1.
 #
 #   scripts/instructions.sh                  # builds the harness bench (release) and counts
 #   scripts/instructions.sh W1 W1-observer   # only these figures
@@ -26,7 +26,7 @@ fi
 [ -x "$harness" ] || { echo "instructions.sh: no harness bench binary (${harness:-none found})" >&2; exit 2; }
 
 figures=("$@")
-[ ${#figures[@]} -gt 0 ] || figures=(W1 W1-context W1-observer)
+[ ${#figures[@]} -gt 0 ] || figures=(W1 W1-context W1-observer W1-observer-read)
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT

@@ -6,6 +6,9 @@
 //! - `W1`, `W1-context`, `W1-observer` (µs per step): one run of 1000 steps, each one `echo` call with
 //!   `{"text":"hello"}`, then an answer; without a context budget, with a 32,000-char context budget and
 //!   8,000 chars per result, and with an observer collecting every event.
+//! - `W1-observer-read` (µs per step): W1 with an observer that reads every event and keeps a tally (events,
+//!   tool calls, their milliseconds, output tokens), as a live display or a metrics exporter does: the
+//!   engine's cost of delivering events, without `W1-observer`'s clone of each one into a `Vec`.
 //! - `W1-otel` (µs per step): W1 with its spans turned into OpenTelemetry spans (a `tracing-opentelemetry`
 //!   layer, a `BatchSpanProcessor` and an exporter that drops each batch): what the engine's thread pays when
 //!   the CLI exports traces (the export itself runs on the processor's thread, which the figure leaves out).
@@ -25,14 +28,15 @@
 //! their id (`W1` selects every W1 figure); one ending in `$` selects one figure (`W1$`).
 
 use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use async_trait::async_trait;
 use reins::{
-    Agent, CharCounter, ContextConfig, ContextStrategy, Event, Limits, Message, Model, ModelError, ModelRequest,
-    ModelResponse, ObserverError, Registry, ScriptedModel, Status, ToolCall, ToolContext, ToolError, ToolOutput,
-    Transcript, TypedTool,
+    Agent, CharCounter, ContextConfig, ContextStrategy, Event, EventKind, Limits, Message, Model, ModelError,
+    ModelRequest, ModelResponse, ObserverError, Registry, ScriptedModel, Status, ToolCall, ToolContext, ToolError,
+    ToolOutput, Transcript, TypedTool,
 };
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -142,6 +146,7 @@ enum Variant {
     Plain,
     Context,
     Observer,
+    ObserverRead,
     Compact,
     Otel,
 }
@@ -169,8 +174,33 @@ fn context(variant: Variant) -> ContextConfig {
             strategy: ContextStrategy::Summarize,
             ..ContextConfig::default()
         },
-        Variant::Plain | Variant::Observer | Variant::Otel => {
+        Variant::Plain | Variant::Observer | Variant::ObserverRead | Variant::Otel => {
             ContextConfig { max_context: None, ..ContextConfig::default() }
+        }
+    }
+}
+
+/// What `W1-observer-read`'s observer keeps of the events it reads: counters, as a metrics exporter keeps them.
+#[derive(Default)]
+struct Tally {
+    events: AtomicU64,
+    tool_calls: AtomicU64,
+    tool_us: AtomicU64,
+    output_tokens: AtomicU64,
+}
+
+impl Tally {
+    fn read(&self, e: &Event) {
+        self.events.fetch_add(1, Relaxed);
+        match &e.kind {
+            EventKind::ToolEnd { duration_ms, .. } => {
+                self.tool_calls.fetch_add(1, Relaxed);
+                self.tool_us.fetch_add((duration_ms * 1e3) as u64, Relaxed);
+            }
+            EventKind::ModelEnd(end) => {
+                self.output_tokens.fetch_add(end.usage.map_or(0, |u| u.output_tokens), Relaxed);
+            }
+            _ => {}
         }
     }
 }
@@ -180,6 +210,7 @@ fn agent(
     registry: &Arc<Registry>,
     variant: Variant,
     sink: Option<Arc<Mutex<Vec<Event>>>>,
+    tally: Option<Arc<Tally>>,
 ) -> Agent {
     let mut b = Agent::builder(model).registry(registry.clone()).limits(Limits::unlimited()).context(context(variant));
     if variant == Variant::Compact {
@@ -188,6 +219,12 @@ fn agent(
     if let Some(sink) = sink {
         b = b.observer(move |e: &Event| {
             sink.lock().map_err(|_| ObserverError("poisoned".into()))?.push(e.clone());
+            Ok(())
+        });
+    }
+    if let Some(tally) = tally {
+        b = b.observer(move |e: &Event| {
+            tally.read(e);
             Ok(())
         });
     }
@@ -208,7 +245,8 @@ fn w1_once(
     let model = ScriptedModel::new(script(steps));
     let model = if record { model } else { model.without_recording() };
     let sink = (variant == Variant::Observer).then(|| Arc::new(Mutex::new(Vec::with_capacity(4 * steps + 8))));
-    let agent = agent(model, registry, variant, sink.clone());
+    let tally = (variant == Variant::ObserverRead).then(|| Arc::new(Tally::default()));
+    let agent = agent(model, registry, variant, sink.clone(), tally.clone());
     let otel = (variant == Variant::Otel).then(otel_subscriber);
     let _traced = otel.as_ref().map(|(_, dispatch)| tracing::dispatcher::set_default(dispatch));
     let t0 = cpu_now();
@@ -235,6 +273,12 @@ fn w1_once(
         // run_start + per step (model_start, model_end, tool_start, tool_end) + final model pair + run_end
         if n != 4 * steps + 4 {
             fail(&format!("W1-observer collected {n} events, expected {}", 4 * steps + 4));
+        }
+    }
+    if let Some(tally) = tally {
+        let (events, calls) = (tally.events.load(Relaxed), tally.tool_calls.load(Relaxed));
+        if events != 4 * steps as u64 + 4 || calls != steps as u64 {
+            fail(&format!("W1-observer-read read {events} events and {calls} tool ends in {steps} steps"));
         }
     }
     drop(black_box(outcome));
@@ -330,7 +374,7 @@ fn w3_once(rt: &tokio::runtime::Runtime, registry: &Arc<Registry>) -> f64 {
                 let registry = registry.clone();
                 tokio::spawn(async move {
                     let model = Yielding(ScriptedModel::new(script(RUN_STEPS)).without_recording());
-                    let agent = agent(model, &registry, Variant::Context, None);
+                    let agent = agent(model, &registry, Variant::Context, None, None);
                     let o = agent.run("Say hello through the echo tool.", CancellationToken::new()).await;
                     o.status == Status::Completed && o.tool_calls == RUN_STEPS as u64
                 })
@@ -538,6 +582,7 @@ fn main() {
         ("W1", 1000, Variant::Plain),
         ("W1-context", 1000, Variant::Context),
         ("W1-observer", 1000, Variant::Observer),
+        ("W1-observer-read", 1000, Variant::ObserverRead),
         ("W1-context-250", 250, Variant::Context),
         ("W1-context-1000", 1000, Variant::Context),
         ("W1-context-4000", 4000, Variant::Context),

@@ -29,8 +29,9 @@ pub struct ResponseError(pub String);
 /// Checks a typed response: tool calls have non-empty, unique ids and non-empty names, and usage adds up
 /// without overflow.
 pub fn check_response(r: &ModelResponse) -> Result<(), ResponseError> {
-    // A few calls are compared pairwise; a set pays off only for larger batches.
-    let mut ids = HashSet::with_capacity(if r.tool_calls.len() > 16 { r.tool_calls.len() } else { 0 });
+    // A few calls are compared pairwise; a set pays off only for larger batches (and is made only for
+    // them: making one seeds its hasher).
+    let mut ids = (r.tool_calls.len() > 16).then(|| HashSet::with_capacity(r.tool_calls.len()));
     for (i, call) in r.tool_calls.iter().enumerate() {
         if call.id.is_empty() {
             return Err(ResponseError(format!("tool call {i} has an empty id")));
@@ -38,10 +39,9 @@ pub fn check_response(r: &ModelResponse) -> Result<(), ResponseError> {
         if call.name.is_empty() {
             return Err(ResponseError(format!("tool call {i} ({:?}) has an empty name", call.id)));
         }
-        let repeated = if r.tool_calls.len() > 16 {
-            !ids.insert(&*call.id)
-        } else {
-            r.tool_calls[..i].iter().any(|c| c.id == call.id)
+        let repeated = match ids.as_mut() {
+            Some(ids) => !ids.insert(&*call.id),
+            None => r.tool_calls[..i].iter().any(|c| c.id == call.id),
         };
         if repeated {
             return Err(ResponseError(format!("tool call id {:?} appears more than once", call.id)));

@@ -77,6 +77,34 @@ impl Slot {
     }
 }
 
+/// The calls of a batch with their plans, borrowed from the state: a lone call (the common batch) is held
+/// inline, so running it allocates no list.
+enum Planned<'a> {
+    One(PlannedCall<'a>),
+    Many(Vec<PlannedCall<'a>>),
+}
+
+impl<'a> Planned<'a> {
+    fn of(batch: &Batch<'a>) -> Self {
+        let mut calls = batch.iter();
+        match (batch.len(), calls.next()) {
+            (1, Some(call)) => Planned::One(call),
+            (_, first) => Planned::Many(first.into_iter().chain(calls).collect()),
+        }
+    }
+}
+
+impl<'a> std::ops::Deref for Planned<'a> {
+    type Target = [PlannedCall<'a>];
+
+    fn deref(&self) -> &[PlannedCall<'a>] {
+        match self {
+            Planned::One(call) => std::slice::from_ref(call),
+            Planned::Many(calls) => calls,
+        }
+    }
+}
+
 /// What a batch gave, to be recorded in the state (the calls' results are in the run's slots).
 pub(super) struct Ran {
     /// The sub-agent runs of the batch that stopped for a decision.
@@ -101,7 +129,7 @@ impl Run<'_> {
         left: Option<Left>,
     ) -> Result<Ran, JournalError> {
         // Borrowed from the state (not copied) until the results are recorded.
-        let batch: Vec<PlannedCall<'_>> = admitted.iter().collect();
+        let batch = Planned::of(&admitted);
         // The proposed calls are durable before any of them runs: after a crash mid-batch a resume sees them
         // without results, and no side effect is silently repeated. A batch whose calls are all refused runs
         // nothing and needs no such wait.

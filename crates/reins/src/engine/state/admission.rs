@@ -77,7 +77,8 @@ impl RunState {
             return self.end(Status::CostLimit, None, Some(detail));
         }
         let (text, tool_calls) = (std::mem::take(&mut response.text), std::mem::take(&mut response.tool_calls));
-        self.pending_reasoning = std::mem::take(&mut response.reasoning_items);
+        // Swapped, not assigned: the state's (empty) list goes back into the response, nothing is dropped here.
+        std::mem::swap(&mut self.pending_reasoning, &mut response.reasoning_items);
         let counter = ctx.counter.as_ref();
         if self.output.is_some() {
             match self.take_output(text, tool_calls, registry, ctx) {

@@ -396,7 +396,12 @@ impl Transcript {
         }
         let total = self.total();
         // The suffix from group start g costs total - prefix[g]; it shrinks as g grows.
-        let j = self.group_starts.partition_point(|&g| first + (total - self.prefix[g]) > budget);
+        let over = |g: usize| first + (total - self.prefix[g]) > budget;
+        // When the oldest group fits, so does everything (the common case): no search.
+        let j = match self.group_starts.first() {
+            Some(&oldest) if !over(oldest) => 0,
+            _ => self.group_starts.partition_point(|&g| over(g)),
+        };
         if j == self.group_starts.len() {
             if let Some(&newest) = self.group_starts.last() {
                 let group = total - self.prefix[newest];

@@ -1,6 +1,7 @@
 //! The testing kit: a scripted model, a model backed by a closure, and the script-file format.
 
 use std::collections::VecDeque;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -191,25 +192,25 @@ impl Script {
     }
 }
 
-#[async_trait]
 impl Model for ScriptedModel {
     fn price(&self) -> Option<crate::cost::Price> {
         self.price
     }
 
-    async fn generate(&self, request: &ModelRequest, cancel: &CancellationToken) -> Result<ModelResponse, ModelError> {
-        if self.record {
-            if let Ok(mut r) = self.requests.lock() {
-                r.push(request.clone());
-            }
-        }
-        match self.take(request)? {
-            ScriptStep::Respond(r) => Ok(r),
-            ScriptStep::Fail(e) => Err(e),
-            ScriptStep::Raw(v) => parse_response(&v).map_err(|e| ModelError::Malformed(e.0)),
-            // Only a delayed step waits, in a future of its own: the call's stays small.
-            delayed => Box::pin(played(delayed, cancel)).await,
-        }
+    /// The call takes its step from the script when it is first polled (a call that is never polled, such
+    /// as one a durable performer replays, takes none); only a delayed step waits, in a future of its own.
+    fn generate<'life0, 'life1, 'life2, 'async_trait>(
+        &'life0 self,
+        request: &'life1 ModelRequest,
+        cancel: &'life2 CancellationToken,
+    ) -> Pin<Box<dyn Future<Output = Result<ModelResponse, ModelError>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        'life1: 'async_trait,
+        'life2: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(Answering { model: self, request, cancel, delayed: None })
     }
 
     /// Provider `reins.script`, model `script`.
@@ -223,6 +224,41 @@ impl Model for ScriptedModel {
 }
 
 /// What `step` answers, once its delays passed (honouring cancellation).
+/// A scripted model's call: what `async fn generate` would be, written out so that a step that needs no
+/// waiting is handed over as it is taken (the response is not moved through an async body's states).
+struct Answering<'a> {
+    model: &'a ScriptedModel,
+    request: &'a ModelRequest,
+    cancel: &'a CancellationToken,
+    /// A delayed step being played.
+    delayed: Option<futures_util::future::BoxFuture<'a, Result<ModelResponse, ModelError>>>,
+}
+
+impl Future for Answering<'_> {
+    type Output = Result<ModelResponse, ModelError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        if let Some(delayed) = self.delayed.as_mut() {
+            return delayed.as_mut().poll(cx);
+        }
+        let Answering { model, request, cancel, .. } = *self;
+        if model.record {
+            if let Ok(mut r) = model.requests.lock() {
+                r.push(request.clone());
+            }
+        }
+        std::task::Poll::Ready(match model.take(request) {
+            Ok(ScriptStep::Respond(r)) => Ok(r),
+            Ok(ScriptStep::Fail(e)) | Err(e) => Err(e),
+            Ok(ScriptStep::Raw(v)) => parse_response(&v).map_err(|e| ModelError::Malformed(e.0)),
+            Ok(delayed) => {
+                let delayed = self.delayed.insert(Box::pin(played(delayed, cancel)));
+                return delayed.as_mut().poll(cx);
+            }
+        })
+    }
+}
+
 async fn played(mut step: ScriptStep, cancel: &CancellationToken) -> Result<ModelResponse, ModelError> {
     loop {
         match step {

@@ -16,6 +16,9 @@
 //!   stack Reins' providers use, one client, keep-alive) that only reads the response. `http-ratio` is the first
 //!   over the second (the goal: at least 0.9). The raw run goes before and after the Reins run; its mean is the
 //!   reference.
+//! - `http-50ms-…` and `http-200ms-…`: the same against the same kind of server taking 50 ms and 200 ms to answer
+//!   each request (a hosted model takes longer: hundreds of milliseconds to seconds), where the raw client is
+//!   bound by the server's pace and Reins by the harness's own cost per attempt only when that cost outruns it.
 //!
 //! `REINS_BENCH_QUICK=1` makes the suites ten times smaller (a smoke run); `REINS_BENCH_CASES` and
 //! `REINS_BENCH_JOBS` set the sizes.
@@ -106,8 +109,9 @@ struct Seen {
     last_body: Mutex<Option<Bytes>>,
 }
 
-/// An OpenAI-compatible server on 127.0.0.1 (its own runtime, one thread) answering every request at once.
-fn fake_server() -> (String, Arc<Seen>) {
+/// An OpenAI-compatible server on 127.0.0.1 (its own runtime, one thread) answering every request after
+/// `delay` (none: at once).
+fn fake_server(delay: Duration) -> (String, Arc<Seen>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.set_nonblocking(true).expect("nonblocking");
     let url = format!("http://{}", listener.local_addr().expect("address"));
@@ -129,6 +133,9 @@ fn fake_server() -> (String, Arc<Seen>) {
                             let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
                             s.requests.fetch_add(1, Ordering::Relaxed);
                             *s.last_body.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(body);
+                            if !delay.is_zero() {
+                                tokio::time::sleep(delay).await;
+                            }
                             let mut r = Response::new(Full::new(Bytes::from_static(ANSWER.as_bytes())));
                             r.headers_mut().insert("content-type", "application/json".parse().expect("header"));
                             Ok::<_, Infallible>(r)
@@ -208,44 +215,51 @@ fn main() {
         emit("scripted-cpu-us-per-case", t.cpu.as_secs_f64() * 1e6 / t.attempts as f64, "µs");
     }
 
-    if wanted("http") {
-        let n = env_usize("REINS_BENCH_CASES", scale(2000));
-        let (url, seen) = fake_server();
-        let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::write(
-            dir.path().join("agent.toml"),
-            format!("model = \"openai-chat:m\"\n[provider]\nbase_url = \"{url}/v1\"\nstream = false\n"),
-        )
-        .expect("write the agent");
-        // A warm-up eval (which also gives the body of a request Reins sends), then raw, Reins, raw.
-        let warm = dir.path().join("warm");
-        std::fs::create_dir(&warm).expect("mkdir");
-        std::fs::copy(dir.path().join("agent.toml"), warm.join("agent.toml")).expect("copy");
-        let warm_suite = suite(&warm, jobs.min(n));
-        rt.block_on(run_eval(&warm, &warm_suite, jobs));
-        let body = seen
-            .last_body
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-            .expect("Reins sent a request");
-        let suite = suite(dir.path(), n);
-        let raw1 = rt.block_on(raw_load(&url, body.clone(), n, jobs));
-        let before = seen.requests.load(Ordering::Relaxed);
-        let t = rt.block_on(run_eval(dir.path(), &suite, jobs));
-        assert_eq!(seen.requests.load(Ordering::Relaxed) - before, n, "one request per attempt");
-        assert_eq!(t.passed, n, "every case passes");
-        let raw2 = rt.block_on(raw_load(&url, body, n, jobs));
-        let raw = f64::midpoint(raw1, raw2);
-        let rate = report("http (Reins)", &t);
-        eprintln!(
-            "http (raw reqwest, {jobs} at once): {raw1:.0} and {raw2:.0} requests/s; Reins at {:.1}% of their mean; {} connections in all",
-            100.0 * rate / raw,
-            seen.connections.load(Ordering::Relaxed)
-        );
-        emit("http-attempts-per-s", rate, "attempts/s");
-        emit("http-cpu-us-per-attempt", t.cpu.as_secs_f64() * 1e6 / t.attempts as f64, "µs");
-        emit("http-raw-requests-per-s", raw, "requests/s");
-        emit("http-ratio", rate / raw, "ratio");
+    for (prefix, delay_ms) in [("http", 0), ("http-50ms", 50), ("http-200ms", 200)] {
+        if wanted(prefix) && (delay_ms == 0 || only.is_some() || std::env::var_os("REINS_BENCH_QUICK").is_none()) {
+            http(&rt, prefix, Duration::from_millis(delay_ms), jobs);
+        }
     }
+}
+
+/// The `http` figures (`prefix`-…) against a fake server answering after `delay`.
+fn http(rt: &tokio::runtime::Runtime, prefix: &str, delay: Duration, jobs: usize) {
+    let n = env_usize("REINS_BENCH_CASES", scale(2000));
+    let (url, seen) = fake_server(delay);
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("agent.toml"),
+        format!("model = \"openai-chat:m\"\n[provider]\nbase_url = \"{url}/v1\"\nstream = false\n"),
+    )
+    .expect("write the agent");
+    // A warm-up eval (which also gives the body of a request Reins sends), then raw, Reins, raw.
+    let warm = dir.path().join("warm");
+    std::fs::create_dir(&warm).expect("mkdir");
+    std::fs::copy(dir.path().join("agent.toml"), warm.join("agent.toml")).expect("copy");
+    let warm_suite = suite(&warm, jobs.min(n));
+    rt.block_on(run_eval(&warm, &warm_suite, jobs));
+    let body = seen
+        .last_body
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
+        .expect("Reins sent a request");
+    let suite = suite(dir.path(), n);
+    let raw1 = rt.block_on(raw_load(&url, body.clone(), n, jobs));
+    let before = seen.requests.load(Ordering::Relaxed);
+    let t = rt.block_on(run_eval(dir.path(), &suite, jobs));
+    assert_eq!(seen.requests.load(Ordering::Relaxed) - before, n, "one request per attempt");
+    assert_eq!(t.passed, n, "every case passes");
+    let raw2 = rt.block_on(raw_load(&url, body, n, jobs));
+    let raw = f64::midpoint(raw1, raw2);
+    let rate = report(&format!("{prefix} (Reins)"), &t);
+    eprintln!(
+        "{prefix} (raw reqwest, {jobs} at once): {raw1:.0} and {raw2:.0} requests/s; Reins at {:.1}% of their mean; {} connections in all",
+        100.0 * rate / raw,
+        seen.connections.load(Ordering::Relaxed)
+    );
+    emit(&format!("{prefix}-attempts-per-s"), rate, "attempts/s");
+    emit(&format!("{prefix}-cpu-us-per-attempt"), t.cpu.as_secs_f64() * 1e6 / t.attempts as f64, "µs");
+    emit(&format!("{prefix}-raw-requests-per-s"), raw, "requests/s");
+    emit(&format!("{prefix}-ratio"), rate / raw, "ratio");
 }

@@ -238,12 +238,8 @@ fn http(rt: &tokio::runtime::Runtime, prefix: &str, delay: Duration, jobs: usize
     std::fs::copy(dir.path().join("agent.toml"), warm.join("agent.toml")).expect("copy");
     let warm_suite = suite(&warm, jobs.min(n));
     rt.block_on(run_eval(&warm, &warm_suite, jobs));
-    let body = seen
-        .last_body
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone()
-        .expect("Reins sent a request");
+    let body =
+        seen.last_body.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone().expect("Reins sent a request");
     let suite = suite(dir.path(), n);
     let raw1 = rt.block_on(raw_load(&url, body.clone(), n, jobs));
     let before = seen.requests.load(Ordering::Relaxed);

@@ -49,6 +49,7 @@ impl ToolOutput {
     }
 
     /// The text the model is shown (before bounding) and the images.
+    #[inline]
     pub fn into_parts(self) -> (String, Vec<crate::image::Image>) {
         match self {
             ToolOutput::Text(s) | ToolOutput::Json(serde_json::Value::String(s)) => (s, Vec::new()),

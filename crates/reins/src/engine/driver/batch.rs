@@ -63,6 +63,7 @@ impl Slot {
     }
 
     /// Records the call's result, and when it ended (now; only when it is `timed`, for its events).
+    #[inline]
     fn finish(&mut self, result: CallResult, timed: bool) {
         self.ended = timed.then(Instant::now);
         self.result = Some(result);
@@ -86,10 +87,9 @@ enum Planned<'a> {
 
 impl<'a> Planned<'a> {
     fn of(batch: &Batch<'a>) -> Self {
-        let mut calls = batch.iter();
-        match (batch.len(), calls.next()) {
+        match (batch.len(), batch.get(0)) {
             (1, Some(call)) => Planned::One(call),
-            (_, first) => Planned::Many(first.into_iter().chain(calls).collect()),
+            _ => Planned::Many(batch.iter().collect()),
         }
     }
 }
@@ -162,7 +162,12 @@ impl Run<'_> {
         };
         let (end, unfinished) = self.batch_ended(interrupted, &batch, &slots);
         let spent = scope.map(|scope| scope.take_spent());
-        let waits = waits_of(&mut slots);
+        // Only a sub-agent's call gives a waiting run (a durable performer may replay one): without either,
+        // no result holds one.
+        let waits = match self.registry.has_sub_agents() || self.performer.is_some() {
+            true => waits_of(&mut slots),
+            false => Vec::new(),
+        };
         self.slots = slots;
         Ok(Ran { waits, end, unfinished, spent })
     }
@@ -275,7 +280,9 @@ fn fill_slots(slots: &mut Vec<Slot>, admitted: &Batch<'_>, n: usize) {
     for slot in slots.iter_mut() {
         slot.reset();
     }
-    slots.resize_with(n, Slot::default);
+    if slots.len() < n {
+        slots.resize_with(n, Slot::default);
+    }
     if admitted.has_held() {
         for (i, slot) in slots.iter_mut().enumerate() {
             if let Some(r) = admitted.held_result(i) {

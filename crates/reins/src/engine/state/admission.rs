@@ -31,7 +31,8 @@ impl RunState {
     }
 
     /// [`RunState::on_model_response`] of a response the caller keeps: it is read in place, and its text,
-    /// calls and reasoning items are moved out of it (left empty), so the response itself is never copied.
+    /// calls, reasoning items and finish reason are moved out of it (left empty), so the response itself is
+    /// never copied.
     pub(crate) fn take_model_response(
         &mut self,
         result: &mut Result<ModelResponse, ModelError>,
@@ -69,7 +70,7 @@ impl RunState {
                 self.charge(by.price, response.usage.as_ref());
             }
         }
-        self.finish_reason = response.finish_reason.clone();
+        self.finish_reason = response.finish_reason.take();
         if let Some(detail) = self.token_limit_hit() {
             return self.end(Status::TokenLimit, None, Some(detail));
         }

@@ -107,6 +107,13 @@ impl<'a> Batch<'a> {
         &self.held.agents
     }
 
+    /// The call at `index` with its plan (as [`Batch::iter`] gives it), if the batch has one there.
+    pub fn get(&self, index: usize) -> Option<PlannedCall<'a>> {
+        let (call, plan) = (self.calls.get(index)?, self.plans.get(index)?);
+        let call = self.edits.get(index).and_then(Option::as_ref).map_or(call, |e| &e.call);
+        Some(PlannedCall { call, plan })
+    }
+
     /// The calls in order, each with its plan.
     pub fn iter(&self) -> impl Iterator<Item = PlannedCall<'a>> + 'a {
         let edits = self.edits;

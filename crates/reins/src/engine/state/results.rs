@@ -147,6 +147,7 @@ impl RunState {
     }
 
     /// Keeps the recorded batch's plans' storage for the next batch (no allocation per step).
+    #[inline]
     fn spare_plans(&mut self, mut plans: Vec<super::Plan>) {
         plans.clear();
         self.spare_plans = plans;

@@ -503,8 +503,11 @@ fn report_ended(emitter: &mut Emitter, batch: &[PlannedCall<'_>], slots: &mut [S
         if let Some(r) = &slot.result {
             let when = || (slot.elapsed(), slot.began, slot.ended.unwrap_or(t0));
             emitter.tool_end(p.call, r.is_error, when, || r.content.clone());
-            for e in slot.hook_events.drain(..) {
-                emitter.emit(e);
+            // Most calls meet no hook: an empty list is not drained.
+            if !slot.hook_events.is_empty() {
+                for e in slot.hook_events.drain(..) {
+                    emitter.emit(e);
+                }
             }
             slot.reported = true;
         }

@@ -114,8 +114,11 @@ impl Waits<'_> {
             if self.cancel.is_set() {
                 return Poll::Ready(Err(Interrupt::Cancelled));
             }
-            if let Poll::Ready(i) = self.deadline_passed(cx) {
-                return Poll::Ready(Err(i));
+            // A run without a deadline asks nothing.
+            if self.deadline.is_some() {
+                if let Poll::Ready(i) = self.deadline_passed(cx) {
+                    return Poll::Ready(Err(i));
+                }
             }
             if let Poll::Ready(r) = Pin::new(&mut work).poll(cx) {
                 return Poll::Ready(Ok(r));

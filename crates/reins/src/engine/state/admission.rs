@@ -301,6 +301,9 @@ impl RunState {
     pub(super) fn token_limit_hit(&self) -> Option<String> {
         let u = &self.usage;
         let l = &self.limits;
+        if l.max_input_tokens.is_none() && l.max_output_tokens.is_none() && l.max_total_tokens.is_none() {
+            return None;
+        }
         for (name, used, max) in [
             ("input", u.input_tokens, l.max_input_tokens),
             ("output", u.output_tokens, l.max_output_tokens),

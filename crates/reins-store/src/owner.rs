@@ -120,13 +120,7 @@ fn sweep(dir: &Path) {
         if !entry.file_name().to_str().is_some_and(|n| n.starts_with(PROCESS_FILE)) {
             continue;
         }
-        let path = entry.path();
-        let Ok(file) = File::open(&path) else { continue };
-        if flock(&file, FlockOperation::NonBlockingLockExclusive).is_ok() && file.metadata().is_ok_and(|m| m.len() > 0)
-        {
-            // Removed while we hold its lock: nobody takes it meanwhile.
-            let _ = std::fs::remove_file(&path);
-        }
+        let _ = remove_dead(&entry.path(), |file| file.metadata().is_ok_and(|m| m.len() > 0));
     }
 }
 
@@ -144,11 +138,13 @@ fn new_locked(path: &Path) -> Option<File> {
     Some(file)
 }
 
-/// Removes the name `path` left by a process that died, holding its lock meanwhile; `None` when a live process
-/// holds it.
-fn remove_dead(path: &Path) -> Option<()> {
+/// Removes the name `path` left by a process that died, holding its lock meanwhile (so nobody takes it in
+/// between), provided `also` says yes of the locked file; `None` when a live process holds it, `also` says no
+/// or it cannot be removed.
+fn remove_dead(path: &Path, also: impl FnOnce(&File) -> bool) -> Option<()> {
     let old = File::open(path).ok()?;
     flock(&old, FlockOperation::NonBlockingLockExclusive).ok()?;
+    also(&old).then_some(())?;
     std::fs::remove_file(path).ok()
 }
 
@@ -181,7 +177,7 @@ impl OwnerLock {
             if !first {
                 return None;
             }
-            remove_dead(&path)?;
+            remove_dead(&path, |_| true)?;
         }
         None
     }

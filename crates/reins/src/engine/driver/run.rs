@@ -89,9 +89,17 @@ impl Waits<'_> {
         })
     }
 
-    /// Ready when the deadline has passed (never without one); its timer is made when first asked.
+    /// Ready when the deadline has passed (never without one: a run without a deadline asks nothing more).
+    #[inline(always)]
     fn deadline_passed(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Interrupt> {
-        let Some(deadline) = self.deadline else { return Poll::Pending };
+        match self.deadline {
+            Some(deadline) => self.timer_passed(deadline, cx),
+            None => Poll::Pending,
+        }
+    }
+
+    /// Ready when `deadline` has passed; its timer is made when first asked.
+    fn timer_passed(&mut self, deadline: tokio::time::Instant, cx: &mut std::task::Context<'_>) -> Poll<Interrupt> {
         if self.sleep.is_none() {
             self.sleep.set(Some(tokio::time::sleep_until(deadline)));
         }
@@ -114,11 +122,8 @@ impl Waits<'_> {
             if self.cancel.is_set() {
                 return Poll::Ready(Err(Interrupt::Cancelled));
             }
-            // A run without a deadline asks nothing.
-            if self.deadline.is_some() {
-                if let Poll::Ready(i) = self.deadline_passed(cx) {
-                    return Poll::Ready(Err(i));
-                }
+            if let Poll::Ready(i) = self.deadline_passed(cx) {
+                return Poll::Ready(Err(i));
             }
             if let Poll::Ready(r) = Pin::new(&mut work).poll(cx) {
                 return Poll::Ready(Ok(r));

@@ -294,13 +294,13 @@ fn a_declined_elicitation_or_a_client_that_cannot_elicit_denies_the_call() {
 }
 
 fn decisions(session: &Value) -> Vec<Value> {
-    session["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["kind"] == "event" && e["data"]["type"] == "approval_decided")
-        .map(|e| e["data"]["decision"].clone())
-        .collect()
+    approvals_decided(session).map(|d| d["decision"].clone()).collect()
+}
+
+/// The data of each `approval_decided` event of `session`, in order.
+fn approvals_decided(session: &Value) -> impl Iterator<Item = &Value> {
+    let entries = session["entries"].as_array().unwrap().iter();
+    entries.filter(|e| e["kind"] == "event" && e["data"]["type"] == "approval_decided").map(|e| &e["data"])
 }
 
 #[test]
@@ -552,14 +552,8 @@ fn asking_twice_agent(dir: &Dir) -> PathBuf {
 
 /// The `(call_id, decision)` of each `approval_decided` of `session`.
 fn decided_calls(session: &Value) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = session["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["kind"] == "event" && e["data"]["type"] == "approval_decided")
-        .map(|e| {
-            (e["data"]["call_id"].as_str().unwrap().to_owned(), e["data"]["decision"].as_str().unwrap().to_owned())
-        })
+    let mut out: Vec<(String, String)> = approvals_decided(session)
+        .map(|d| (d["call_id"].as_str().unwrap().to_owned(), d["decision"].as_str().unwrap().to_owned()))
         .collect();
     out.sort();
     out
